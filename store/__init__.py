@@ -1,0 +1,39 @@
+"""The Redis store: versioned parameters, trajectory and gradient streams, run metadata.
+
+Tensors are stored as safetensors; metadata as JSON. Nothing here ever unpickles.
+"""
+
+from store.connection import Store, redact, resolve_url
+from store.embedded import EmbeddedRedis, free_port, redis_server_executable
+from store.errors import CorruptBlob, StoreError, StoreUnavailable, VersionEvicted, VersionNotFound
+from store.keys import RunKeys, validate_run_id
+from store.params import ParamStore, PolicySnapshot
+from store.run import RunMeta, RunStore
+from store.serde import decode, encode, read_meta
+from store.streams import Entry, Stream, StreamStats
+
+__all__ = [
+    "CorruptBlob",
+    "EmbeddedRedis",
+    "Entry",
+    "ParamStore",
+    "PolicySnapshot",
+    "RunKeys",
+    "RunMeta",
+    "RunStore",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Stream",
+    "StreamStats",
+    "VersionEvicted",
+    "VersionNotFound",
+    "decode",
+    "encode",
+    "free_port",
+    "read_meta",
+    "redact",
+    "redis_server_executable",
+    "resolve_url",
+    "validate_run_id",
+]

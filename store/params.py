@@ -1,0 +1,165 @@
+"""Versioned policy parameters: atomic publish, cheap latest-version reads, retention.
+
+A published version is one safetensors blob (weights *and* observation-normaliser statistics:
+both are the policy) plus a JSON metadata document. Publishing is one Lua script — blob,
+version index and ``latest`` pointer change together — so a reader never sees a pointer to a
+blob that is not there, and eviction of old versions happens in the same step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from store import serde
+from store.connection import Store
+from store.errors import VersionEvicted, VersionNotFound
+from store.keys import RunKeys
+
+# KEYS: latest, versions(zset)  ARGV: prefix, version, blob, keep, allow_rewind
+_PUBLISH = """
+local v = tonumber(ARGV[2])
+local cur = redis.call('GET', KEYS[1])
+if cur and tonumber(cur) > v and ARGV[5] ~= '1' then
+  return redis.error_reply('STALE publish of version ' .. v .. ' below latest ' .. cur)
+end
+if cur and tonumber(cur) > v then
+  local newer = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. v, '+inf')
+  for _, n in ipairs(newer) do
+    redis.call('DEL', ARGV[1] .. ':params:' .. n)
+    redis.call('ZREM', KEYS[2], n)
+  end
+end
+redis.call('SET', ARGV[1] .. ':params:' .. v, ARGV[3])
+redis.call('ZADD', KEYS[2], v, tostring(v))
+redis.call('SET', KEYS[1], tostring(v))
+local keep = tonumber(ARGV[4])
+local n = redis.call('ZCARD', KEYS[2])
+local evicted = 0
+if n > keep then
+  local old = redis.call('ZRANGE', KEYS[2], 0, n - keep - 1)
+  for _, o in ipairs(old) do
+    redis.call('DEL', ARGV[1] .. ':params:' .. o)
+    redis.call('ZREM', KEYS[2], o)
+    evicted = evicted + 1
+  end
+end
+return evicted
+"""
+
+# KEYS: latest  ARGV: prefix, known_version ('' = none)
+# Returns {} when nothing is published, {v} when v == known, else {v, blob}.
+_FETCH_LATEST = """
+local cur = redis.call('GET', KEYS[1])
+if not cur then return {} end
+if cur == ARGV[2] then return {cur} end
+return {cur, redis.call('GET', ARGV[1] .. ':params:' .. cur)}
+"""
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    """One published policy version as read back from the store."""
+
+    version: int
+    tensors: dict[str, np.ndarray]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ParamStore:
+    """The versioned parameters of one run."""
+
+    def __init__(self, store: Store, run_id: str, keep: int = 16) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self.store = store
+        self.keys = RunKeys(run_id)
+        self.keep = keep
+        self._publish = store.script(_PUBLISH)
+        self._fetch_latest = store.script(_FETCH_LATEST)
+
+    def publish(
+        self,
+        version: int,
+        tensors: Mapping[str, Any],
+        meta: Mapping[str, Any] | None = None,
+        allow_rewind: bool = False,
+    ) -> int:
+        """Atomically store ``version`` and point ``latest`` at it; returns #evicted versions.
+
+        Versions only move forward unless ``allow_rewind`` (a resumed orchestrator
+        republishing its checkpoint), which also deletes the versions above it.
+        """
+        if int(version) < 0:
+            raise ValueError("version must be >= 0")
+        doc = {**dict(meta or {}), "version": int(version)}
+        blob = serde.encode(tensors, doc)
+        args = [self.keys.prefix, int(version), blob, self.keep, "1" if allow_rewind else "0"]
+        return int(
+            self.store.call(
+                lambda r: self._publish(
+                    keys=[self.keys.params_latest, self.keys.params_versions], args=args, client=r
+                )
+            )
+        )
+
+    def latest_version(self) -> int | None:
+        """One GET: the cheap check warm caches make before deciding to refetch."""
+        raw = self.store.call(lambda r: r.get(self.keys.params_latest))
+        return None if raw is None else int(raw)
+
+    def latest(self) -> PolicySnapshot:
+        """The newest published version (atomic: pointer and blob read together)."""
+        snap = self.fetch_if_newer(None)
+        if snap is None:  # pragma: no cover - fetch_if_newer(None) never returns None
+            raise VersionNotFound("unreachable")
+        return snap
+
+    def fetch_if_newer(self, known_version: int | None) -> PolicySnapshot | None:
+        """The latest snapshot, or ``None`` when it is still ``known_version`` (one round trip)."""
+        known = "" if known_version is None else str(int(known_version))
+        reply = self.store.call(
+            lambda r: self._fetch_latest(
+                keys=[self.keys.params_latest], args=[self.keys.prefix, known], client=r
+            )
+        )
+        if not reply:
+            raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
+        if len(reply) == 1:
+            return None
+        version, blob = int(reply[0]), reply[1]
+        if blob is None:  # pragma: no cover - publish is atomic; only a manual DEL gets here
+            raise VersionNotFound(f"policy version {version} has no blob")
+        return self._snapshot(version, blob)
+
+    def get(self, version: int) -> PolicySnapshot:
+        """A specific version; :class:`VersionEvicted` when it fell out of the window."""
+        version = int(version)
+        pipe_result = self.store.call(
+            lambda r: r.pipeline(transaction=True)
+            .get(self.keys.params(version))
+            .zrange(self.keys.params_versions, 0, 0)
+            .get(self.keys.params_latest)
+            .execute()
+        )
+        blob, oldest, latest = pipe_result
+        if blob is not None:
+            return self._snapshot(version, blob)
+        if oldest and version < int(oldest[0]):
+            raise VersionEvicted(version, int(oldest[0]))
+        latest_txt = "none" if latest is None else int(latest)
+        raise VersionNotFound(
+            f"policy version {version} of run {self.keys.run_id!r} was never published "
+            f"(latest: {latest_txt})"
+        )
+
+    def retained_versions(self) -> list[int]:
+        raw = self.store.call(lambda r: r.zrange(self.keys.params_versions, 0, -1))
+        return [int(v) for v in raw]
+
+    def _snapshot(self, version: int, blob: bytes) -> PolicySnapshot:
+        tensors, meta = serde.decode(blob)
+        return PolicySnapshot(version=version, tensors=tensors, meta=meta)

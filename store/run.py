@@ -1,0 +1,70 @@
+"""One run's view of the store: parameters, the two streams, metadata; and cleanup."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from store import serde
+from store.connection import Store
+from store.keys import RunKeys
+from store.params import ParamStore
+from store.streams import Stream
+
+
+class RunMeta:
+    """Run metadata as a Redis hash of JSON values (config, status, owner, ...)."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.key = RunKeys(run_id).meta
+
+    def set(self, values: Mapping[str, Any]) -> None:
+        mapping = {k: serde.pack_json({"v": v}) for k, v in values.items()}
+        if mapping:
+            self.store.call(lambda r: r.hset(self.key, mapping=mapping))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        raw = self.store.call(lambda r: r.hget(self.key, name))
+        return default if raw is None else serde.unpack_json(raw).get("v", default)
+
+    def all(self) -> dict[str, Any]:
+        raw = self.store.call(lambda r: r.hgetall(self.key))
+        return {k.decode(): serde.unpack_json(v).get("v") for k, v in raw.items()}
+
+
+class RunStore:
+    """Everything of one run, built from one :class:`Store`."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        keep_versions: int = 16,
+        traj_maxlen: int = 4096,
+        grads_maxlen: int = 100_000,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.keys = RunKeys(run_id)
+        self.params = ParamStore(store, run_id, keep=keep_versions)
+        self.traj = Stream(store, run_id, "traj", maxlen=traj_maxlen)
+        self.grads = Stream(store, run_id, "grads", maxlen=grads_maxlen)
+        self.meta = RunMeta(store, run_id)
+
+    def clear(self) -> int:
+        """Delete every key of the run (SCAN, not KEYS: never block the server)."""
+
+        def do(r: Any) -> int:
+            n = 0
+            batch: list[bytes] = []
+            for key in r.scan_iter(match=self.keys.pattern, count=500):
+                batch.append(key)
+                if len(batch) >= 500:
+                    n += r.delete(*batch)
+                    batch.clear()
+            if batch:
+                n += r.delete(*batch)
+            return n
+
+        return int(self.store.call(do))
