@@ -73,6 +73,12 @@ class RunKeys:
     def grads(self) -> str:
         return self.stream("grads")
 
+    def state(self, name: str) -> str:
+        """Named auxiliary blobs of a run (e.g. the sync learner's optimizer state)."""
+        if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"invalid state name {name!r}")
+        return f"{self.prefix}:state:{name}"
+
     # -- run metadata and metrics --------------------------------------------------------
     @property
     def meta(self) -> str:

@@ -52,6 +52,16 @@ class RunStore:
         self.grads = Stream(store, run_id, "grads", maxlen=grads_maxlen)
         self.meta = RunMeta(store, run_id)
 
+    def put_state(self, name: str, tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
+        """Store a named tensor blob (safetensors), e.g. optimizer state between sync rounds."""
+        blob = serde.encode(tensors, meta)
+        self.store.call(lambda r: r.set(self.keys.state(name), blob))
+
+    def get_state(self, name: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The named blob as (arrays, meta), or ``None`` when absent."""
+        blob = self.store.call(lambda r: r.get(self.keys.state(name)))
+        return None if blob is None else serde.decode(blob)
+
     def clear(self) -> int:
         """Delete every key of the run (SCAN, not KEYS: never block the server)."""
 
