@@ -88,6 +88,10 @@ class Store:
 
     def call(self, fn: Callable[[redis.Redis], T]) -> T:
         """Run ``fn(redis)``, retrying transient connection errors, else StoreUnavailable."""
+        try:  # fast path: no retry machinery on the (overwhelmingly common) first success
+            return fn(self.redis)
+        except _TRANSIENT:
+            pass
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(self.retry_seconds),

@@ -61,12 +61,16 @@ class EmbeddedRedis:
         host: str = "127.0.0.1",
         data_dir: str | Path | None = None,
         maxmemory: str | None = None,
+        persist: bool = False,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="stellaris-redis-"))
         self.maxmemory = maxmemory
+        # persist=True: append-only file fsynced on every write, so whatever Redis
+        # acknowledged survives a kill -9 and restart on the same data_dir.
+        self.persist = persist
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -80,7 +84,8 @@ class EmbeddedRedis:
             "--bind", self.host,
             "--dir", str(self.data_dir),
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if self.persist else "no",
+            "--appendfsync", "always",
             "--protected-mode", "yes",
             "--daemonize", "no",
             "--loglevel", "warning",

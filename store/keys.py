@@ -45,6 +45,11 @@ class RunKeys:
         return f"{self.prefix}:params:latest"
 
     @property
+    def params_latest_blob(self) -> str:
+        """A copy of the newest blob: readers fetch the latest policy with one plain GET."""
+        return f"{self.prefix}:params:latest:blob"
+
+    @property
     def params_versions(self) -> str:
         """Sorted set of retained versions (score = version), used for eviction."""
         return f"{self.prefix}:params:versions"

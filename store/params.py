@@ -19,7 +19,7 @@ from store.connection import Store
 from store.errors import VersionEvicted, VersionNotFound
 from store.keys import RunKeys
 
-# KEYS: latest, versions(zset)  ARGV: prefix, version, blob, keep, allow_rewind
+# KEYS: latest, versions(zset), latest_blob  ARGV: prefix, version, blob, keep, allow_rewind
 _PUBLISH = """
 local v = tonumber(ARGV[2])
 local cur = redis.call('GET', KEYS[1])
@@ -36,6 +36,7 @@ end
 redis.call('SET', ARGV[1] .. ':params:' .. v, ARGV[3])
 redis.call('ZADD', KEYS[2], v, tostring(v))
 redis.call('SET', KEYS[1], tostring(v))
+redis.call('SET', KEYS[3], ARGV[3])
 local keep = tonumber(ARGV[4])
 local n = redis.call('ZCARD', KEYS[2])
 local evicted = 0
@@ -50,13 +51,13 @@ end
 return evicted
 """
 
-# KEYS: latest  ARGV: prefix, known_version ('' = none)
+# KEYS: latest, latest_blob  ARGV: known_version ('' = none)
 # Returns {} when nothing is published, {v} when v == known, else {v, blob}.
 _FETCH_LATEST = """
 local cur = redis.call('GET', KEYS[1])
 if not cur then return {} end
-if cur == ARGV[2] then return {cur} end
-return {cur, redis.call('GET', ARGV[1] .. ':params:' .. cur)}
+if cur == ARGV[1] then return {cur} end
+return {cur, redis.call('GET', KEYS[2])}
 """
 
 
@@ -101,7 +102,10 @@ class ParamStore:
         return int(
             self.store.call(
                 lambda r: self._publish(
-                    keys=[self.keys.params_latest, self.keys.params_versions], args=args, client=r
+                    keys=[self.keys.params_latest, self.keys.params_versions,
+                          self.keys.params_latest_blob],
+                    args=args,
+                    client=r,
                 )
             )
         )
@@ -112,18 +116,19 @@ class ParamStore:
         return None if raw is None else int(raw)
 
     def latest(self) -> PolicySnapshot:
-        """The newest published version (atomic: pointer and blob read together)."""
-        snap = self.fetch_if_newer(None)
-        if snap is None:  # pragma: no cover - fetch_if_newer(None) never returns None
-            raise VersionNotFound("unreachable")
-        return snap
+        """The newest published version: one GET of a self-describing blob (atomic)."""
+        blob = self.store.call(lambda r: r.get(self.keys.params_latest_blob))
+        if blob is None:
+            raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
+        tensors, meta = serde.decode(blob)
+        return PolicySnapshot(version=int(meta.get("version", -1)), tensors=tensors, meta=meta)
 
     def fetch_if_newer(self, known_version: int | None) -> PolicySnapshot | None:
         """The latest snapshot, or ``None`` when it is still ``known_version`` (one round trip)."""
         known = "" if known_version is None else str(int(known_version))
         reply = self.store.call(
             lambda r: self._fetch_latest(
-                keys=[self.keys.params_latest], args=[self.keys.prefix, known], client=r
+                keys=[self.keys.params_latest, self.keys.params_latest_blob], args=[known], client=r
             )
         )
         if not reply:

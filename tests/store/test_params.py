@@ -1,0 +1,133 @@
+"""ParamStore: atomic publish, cheap latest reads, retention, corrupt data."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from store import CorruptBlob, ParamStore, RunKeys, Store, VersionEvicted, VersionNotFound
+
+
+def _tensors(v: float) -> dict[str, np.ndarray]:
+    return {
+        "actor.0.weight": np.full((64, 11), v, dtype=np.float32),
+        "obs_rms.mean": np.full((11,), v, dtype=np.float64),
+    }
+
+
+def test_publish_and_read_back(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id)
+    with pytest.raises(VersionNotFound):
+        ps.latest()
+    assert ps.latest_version() is None
+    ps.publish(0, _tensors(0.5), {"env_id": "Hopper-v5"})
+    snap = ps.latest()
+    assert snap.version == 0
+    assert snap.meta["env_id"] == "Hopper-v5"
+    np.testing.assert_array_equal(snap.tensors["actor.0.weight"], _tensors(0.5)["actor.0.weight"])
+    assert snap.tensors["obs_rms.mean"].dtype == np.float64
+    assert ps.latest_version() == 0
+    assert ps.get(0).version == 0
+
+
+def test_fetch_if_newer_skips_unchanged(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id)
+    ps.publish(3, _tensors(3))
+    assert ps.fetch_if_newer(3) is None
+    snap = ps.fetch_if_newer(2)
+    assert snap is not None and snap.version == 3
+    assert ps.fetch_if_newer(None).version == 3  # type: ignore[union-attr]
+
+
+def test_retention_evicts_old_versions(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id, keep=3)
+    for v in range(6):
+        ps.publish(v, _tensors(v))
+    assert ps.retained_versions() == [3, 4, 5]
+    with pytest.raises(VersionEvicted) as err:
+        ps.get(1)
+    assert err.value.oldest_retained == 3
+    with pytest.raises(VersionNotFound, match="never published"):
+        ps.get(99)
+    assert ps.get(4).tensors["actor.0.weight"][0, 0] == 4
+
+
+def test_versions_only_move_forward_unless_rewound(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id)
+    for v in range(4):
+        ps.publish(v, _tensors(v))
+    with pytest.raises(Exception, match="STALE"):
+        ps.publish(1, _tensors(1))
+    ps.publish(1, _tensors(7), allow_rewind=True)
+    assert ps.latest().version == 1
+    assert ps.latest().tensors["actor.0.weight"][0, 0] == 7
+    assert ps.retained_versions() == [0, 1]  # versions above the rewind point are gone
+
+
+def test_atomic_publish_under_concurrent_readers(store: Store, run_id: str) -> None:
+    """Readers hammer latest() while a writer publishes with a tiny retention window."""
+    ps = ParamStore(store, run_id, keep=1)
+    ps.publish(0, _tensors(0))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = [0]
+
+    def reader() -> None:
+        local = ParamStore(Store(store.url), run_id, keep=1)
+        while not stop.is_set():
+            try:
+                snap = local.latest()
+                # A torn read would pair version v with another version's tensors.
+                assert snap.tensors["actor.0.weight"][0, 0] == snap.version
+                assert snap.meta["version"] == snap.version
+                reads[0] += 1
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for v in range(1, 300):
+        ps.publish(v, _tensors(v))
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert reads[0] > 0
+
+
+def test_corrupt_blob_is_a_clear_error(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id)
+    keys = RunKeys(run_id)
+    ps.publish(0, _tensors(0))
+    good = store.redis.get(keys.params(0))
+    for bad in (b"", b"\x00" * 4, good[:-10], b"garbage" * 10, good[:8] + b"{not json" + good[17:]):
+        store.redis.set(keys.params(0), bad)
+        store.redis.set(keys.params_latest_blob, bad)
+        with pytest.raises(CorruptBlob):
+            ps.latest()
+        with pytest.raises(CorruptBlob):
+            ps.get(0)
+        with pytest.raises(CorruptBlob):
+            ps.fetch_if_newer(None)
+
+
+def test_decode_rejects_out_of_bounds_offsets() -> None:
+    import json
+    import struct
+
+    from store import decode, encode
+
+    good = encode({"w": np.arange(4, dtype=np.float32)}, {"a": 1})
+    (n,) = struct.unpack("<Q", good[:8])
+    header = json.loads(good[8 : 8 + n])
+    for patch in ({"data_offsets": [0, 4096]}, {"shape": [8]}, {"dtype": "X9"}, {"shape": [-1]}):
+        h = {**header, "w": {**header["w"], **patch}}
+        raw = json.dumps(h).encode()
+        with pytest.raises(CorruptBlob):
+            decode(struct.pack("<Q", len(raw)) + raw + good[8 + n :])
+    arrays, meta = decode(good)
+    assert arrays["w"].tolist() == [0, 1, 2, 3] and meta == {"a": 1}
