@@ -1,0 +1,162 @@
+"""Gymnasium environments: ids (incl. ``package.module:EnvId``), spaces, vector envs.
+
+Vector envs use ``AutoresetMode.SAME_STEP``: the step that ends an episode returns the reset
+observation of the next one and puts the true final observation in ``info["final_obs"]``, so
+every row of a rollout is a real transition and truncated episodes can be bootstrapped from
+their final observation.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+
+class UnknownEnv(ValueError):
+    """The environment id is not registered (or its module cannot be imported)."""
+
+
+class UnsupportedSpace(ValueError):
+    """The environment's observation or action space is not one a policy here supports."""
+
+
+AUTORESET_MODE = AutoresetMode.SAME_STEP
+
+
+def _import_for(env_id: str) -> str:
+    """Import ``package.module`` of ``package.module:EnvId`` (it registers the env)."""
+    if ":" not in env_id:
+        return env_id
+    module, _, name = env_id.partition(":")
+    if not module or not name:
+        raise UnknownEnv(f"malformed env id {env_id!r}: use 'EnvId' or 'package.module:EnvId'")
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UnknownEnv(f"env id {env_id!r}: cannot import module {module!r}: {exc}") from exc
+    return name
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make`` with a clear :class:`UnknownEnv` for ids that are not registered."""
+    name = _import_for(env_id)
+    try:
+        return gym.make(name, **kwargs)
+    except gym.error.Error as exc:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
+        raise UnknownEnv(f"unknown environment id {env_id!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    """What a policy needs to know about an env: flat obs size and the action space."""
+
+    obs_dim: int
+    action_space: dict[str, Any]  # {"type": "box", "shape", "low", "high"} | {"type": "discrete", "n"}
+
+
+def describe_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> SpaceInfo:
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise UnsupportedSpace(
+            f"env {env_id!r}: observation space {obs_space} is not supported (need a Box)"
+        )
+    obs_dim = int(np.prod(obs_space.shape))
+    if isinstance(act_space, gym.spaces.Discrete):
+        if int(act_space.start) != 0:
+            raise UnsupportedSpace(f"env {env_id!r}: Discrete action space must start at 0")
+        return SpaceInfo(obs_dim, {"type": "discrete", "n": int(act_space.n)})
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        return SpaceInfo(obs_dim, {
+            "type": "box",
+            "shape": [int(act_space.shape[0])],
+            "low": [float(x) for x in act_space.low],
+            "high": [float(x) for x in act_space.high],
+        })
+    raise UnsupportedSpace(
+        f"env {env_id!r}: action space {act_space} is not supported "
+        "(need Discrete or a 1-D Box)"
+    )
+
+
+_SPACES: dict[str, SpaceInfo] = {}
+
+
+def space_info(env_id: str) -> SpaceInfo:
+    """The env's spaces (cached per process: building an env to read them is not free)."""
+    if env_id not in _SPACES:
+        env = make_env(env_id)
+        try:
+            _SPACES[env_id] = describe_spaces(env_id, env.observation_space, env.action_space)
+        finally:
+            env.close()
+    return _SPACES[env_id]
+
+
+def make_vec_env(env_id: str, n_envs: int) -> SyncVectorEnv:
+    """``n_envs`` copies in one process (a function owns one core: no subprocess vector env)."""
+    space_info(env_id)  # fail early with UnknownEnv / UnsupportedSpace
+    name = _import_for(env_id)
+    return SyncVectorEnv(
+        [lambda: gym.make(name) for _ in range(n_envs)], autoreset_mode=AUTORESET_MODE
+    )
+
+
+class WarmEnv:
+    """A vector env kept alive across warm invocations, with its per-env running state.
+
+    Episodes continue across invocations (as in CleanRL, where envs persist across rollouts),
+    so long episodes are not cut at every invocation boundary.
+    """
+
+    def __init__(self, env_id: str, n_envs: int, seed: int) -> None:
+        self.env_id = env_id
+        self.n_envs = n_envs
+        self.envs = make_vec_env(env_id, n_envs)
+        self.info = space_info(env_id)
+        obs, _ = self.envs.reset(seed=seed)
+        self.obs = self._flat(obs)
+        # Discounted return per env for reward scaling (CleanRL NormalizeReward).
+        self.disc_return = np.zeros(n_envs, dtype=np.float64)
+        # Raw (unscaled) running episode return and length per env.
+        self.ep_return = np.zeros(n_envs, dtype=np.float64)
+        self.ep_length = np.zeros(n_envs, dtype=np.int64)
+
+    def _flat(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs, dtype=np.float64).reshape(self.n_envs, -1)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+_WARM: OrderedDict[tuple[str, str, int], WarmEnv] = OrderedDict()
+_WARM_MAX = 2
+
+
+def warm_env(run_id: str, env_id: str, n_envs: int, seed: int) -> tuple[WarmEnv, bool]:
+    """The cached env of (run, env, n_envs), else a fresh one reset with ``seed``.
+
+    Returns (env, reused). An LRU of two keeps memory bounded when a worker serves runs in
+    turn; another run never inherits this run's episode state.
+    """
+    key = (run_id, env_id, n_envs)
+    env = _WARM.get(key)
+    if env is not None:
+        _WARM.move_to_end(key)
+        return env, True
+    env = WarmEnv(env_id, n_envs, seed)
+    _WARM[key] = env
+    while len(_WARM) > _WARM_MAX:
+        _, old = _WARM.popitem(last=False)
+        old.close()
+    return env, False
+
+
+def drop_warm_env(run_id: str, env_id: str, n_envs: int) -> None:
+    env = _WARM.pop((run_id, env_id, n_envs), None)
+    if env is not None:
+        env.close()

@@ -1,0 +1,424 @@
+"""Learner function: trajectories in, PPO gradients (async) or a new version (sync) out.
+
+``gradient`` mode (Stellaris): work through ``update_epochs x num_minibatches``; before each
+minibatch one cheap ``latest_version()`` read, refreshing the weights when they moved; write
+one :class:`Gradient` per minibatch tagged with the version it was computed at, deduplicated
+by ``invocation:epoch:minibatch`` so a retried invocation cannot double-apply.
+
+``update`` mode (sync baseline): the same loop applying Adam steps locally, starting from the
+latest version and the Adam state kept in the store; then publish ``target_version``.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import redis
+import torch
+
+from functions import ppo
+from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
+from functions.normalizer import RunningMeanStd
+from functions.policy import ActorCritic, build_policy, load_policy_tensors, policy_meta
+from functions.policy import policy_tensors as to_tensors
+from functions.warm import CachedPolicy, PolicyCache, run_store, set_threads
+from store import RunStore
+from store.errors import VersionNotFound
+
+POLICIES = PolicyCache()
+OPTIMIZER_STATE = "optimizer"
+ADAM_EPS = 1e-5  # CleanRL's
+
+
+class StalePublish(RuntimeError):
+    """Update mode's target version is not above the latest published one."""
+
+
+class MissingTrajectory(LookupError):
+    """A trajectory id is not (or no longer) in the run's traj stream."""
+
+
+@dataclass
+class Rollouts:
+    """The trajectories of one invocation as time-major tensors ``[T, N_total, ...]``.
+
+    Trajectories of equal length are concatenated along the env axis, so the recursions run
+    once over all of them; ``segments`` keeps one list per distinct length.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    next_values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    next_obs: torch.Tensor  # [N, D]
+    final_obs: torch.Tensor  # [K, D]
+    final_index: torch.Tensor  # [K] flat t * N + n
+    behaviour_version: torch.Tensor  # [T, N]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.obs.shape[0]), int(self.obs.shape[1])
+
+
+def _group(trajs: list[Trajectory], device: torch.device) -> list[Rollouts]:
+    by_len: dict[int, list[Trajectory]] = {}
+    for tr in trajs:
+        by_len.setdefault(tr.steps, []).append(tr)
+    out = []
+    for group in by_len.values():
+        offsets = np.cumsum([0] + [tr.n_envs for tr in group])[:-1]
+        n_total = sum(tr.n_envs for tr in group)
+
+        def cat(name: str, group: list[Trajectory] = group) -> torch.Tensor:
+            return torch.from_numpy(np.concatenate([getattr(tr, name) for tr in group], axis=1))
+
+        finals, index = [], []
+        for tr, off in zip(group, offsets, strict=True):
+            t, n = divmod(tr.final_index, tr.n_envs)
+            finals.append(tr.final_obs)
+            index.append(t * n_total + n + off)
+        versions = np.concatenate(
+            [np.full((tr.steps, tr.n_envs), tr.behaviour_version, dtype=np.int64)
+             for tr in group], axis=1)
+        out.append(Rollouts(
+            obs=cat("obs").float().to(device),
+            actions=cat("actions").to(device),
+            logprobs=cat("logprobs").float().to(device),
+            values=cat("values").float().to(device),
+            next_values=cat("next_values").float().to(device),
+            rewards=cat("rewards").float().to(device),
+            terminated=cat("terminated").to(device),
+            truncated=cat("truncated").to(device),
+            next_obs=torch.from_numpy(
+                np.concatenate([tr.next_obs for tr in group])).float().to(device),
+            final_obs=torch.from_numpy(np.concatenate(finals)).float().to(device),
+            final_index=torch.from_numpy(np.concatenate(index).astype(np.int64)).to(device),
+            behaviour_version=torch.from_numpy(versions).to(device),
+        ))
+    return out
+
+
+def load_trajectories(rs: RunStore, ids: list[str]) -> list[Trajectory]:
+    entries = rs.traj.get(ids)
+    missing = [i for i, e in zip(ids, entries, strict=True) if e is None or e.blob is None]
+    if missing:
+        raise MissingTrajectory(
+            f"trajectories {missing} are not in the traj stream of run {rs.run_id!r} "
+            "(never written, consumed, or trimmed)"
+        )
+    return [Trajectory.from_blob(e.blob) for e in entries if e is not None and e.blob]
+
+
+@torch.no_grad()
+def critic_next_values(model: ActorCritic, ro: Rollouts, values: torch.Tensor) -> torch.Tensor:
+    """``next_values`` re-evaluated with ``model``'s critic (for V-trace targets)."""
+    t_len, n = ro.shape
+    nv = torch.empty_like(values)
+    nv[:-1] = values[1:]
+    nv[-1] = model.get_value(ro.next_obs)
+    done = ro.terminated | ro.truncated
+    nv[done] = 0.0
+    if ro.final_index.numel():
+        nv.view(-1)[ro.final_index] = model.get_value(ro.final_obs)
+    return nv
+
+
+@dataclass
+class Flat:
+    """A flat ``[B]`` batch the minibatches are drawn from."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    behaviour_version: torch.Tensor
+    logratio_others: torch.Tensor  # [B, k]
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, *x.shape[2:])
+
+
+def build_batch(
+    model: ActorCritic, groups: list[Rollouts], hyper: PPOHyper, others: list[ActorCritic]
+) -> Flat:
+    """Advantages and targets for the whole batch.
+
+    GAE uses the behaviour critic's values recorded by the actor (as CleanRL does); V-trace
+    re-evaluates values and ratios with ``model`` (IMPALA), so it is recomputed whenever the
+    learner's weights change.
+    """
+    parts: dict[str, list[torch.Tensor]] = {k: [] for k in Flat.__dataclass_fields__}
+    with torch.no_grad():
+        for ro in groups:
+            if hyper.is_correction == "vtrace":
+                values = model.get_value(ro.obs)
+                next_values = critic_next_values(model, ro, values)
+                newlogp, _ = model.log_prob_entropy(ro.obs, ro.actions)
+                returns, adv = ppo.vtrace(
+                    ro.rewards, values, next_values, ro.terminated, ro.truncated,
+                    newlogp - ro.logprobs, hyper.gamma, hyper.gae_lambda, hyper.rho_bar,
+                    hyper.c_bar)
+            else:
+                values = ro.values
+                adv, returns = ppo.compute_gae(
+                    ro.rewards, values, ro.next_values, ro.terminated, ro.truncated,
+                    hyper.gamma, hyper.gae_lambda)
+            other_lr = [m.log_prob_entropy(ro.obs, ro.actions)[0] - ro.logprobs for m in others]
+            t_len, n = ro.shape
+            parts["obs"].append(_flat(ro.obs))
+            parts["actions"].append(_flat(ro.actions))
+            parts["logprobs"].append(_flat(ro.logprobs))
+            parts["values"].append(_flat(values))
+            parts["advantages"].append(_flat(adv))
+            parts["returns"].append(_flat(returns))
+            parts["behaviour_version"].append(_flat(ro.behaviour_version))
+            parts["logratio_others"].append(
+                torch.stack([_flat(x) for x in other_lr], dim=-1) if other_lr
+                else ro.obs.new_zeros((t_len * n, 0)))
+    return Flat(**{k: torch.cat(v) for k, v in parts.items()})
+
+
+def _device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("learner event asks for device 'cuda' but CUDA is not available")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _other_policies(
+    rs: RunStore, versions: list[int], exclude: int, device: torch.device
+) -> tuple[list[ActorCritic], list[int], list[int]]:
+    """Modules of the versions other learners hold; evicted ones are skipped and reported."""
+    models, used, missing = [], [], []
+    for v in sorted(set(int(x) for x in versions)):
+        if v == exclude:
+            continue  # r_self already covers the version this learner holds
+        try:
+            snap = rs.params.get(v)
+        except VersionNotFound:
+            missing.append(v)
+            continue
+        m = build_policy(snap.meta)
+        load_policy_tensors(m, snap.tensors)
+        models.append(m.to(device).eval())
+        used.append(v)
+    return models, used, missing
+
+
+def _minibatches(n: int, hyper: PPOHyper, gen: torch.Generator) -> list[torch.Tensor]:
+    perm = torch.randperm(n, generator=gen)
+    k = min(hyper.num_minibatches, n)
+    return list(torch.tensor_split(perm, k))
+
+
+def _loss(model: ActorCritic, b: Flat, idx: torch.Tensor, hyper: PPOHyper):
+    newlogprob, entropy = model.log_prob_entropy(b.obs[idx], b.actions[idx])
+    newvalue = model.get_value(b.obs[idx])
+    return ppo.ppo_loss(
+        newlogprob, entropy, newvalue, b.logprobs[idx], b.advantages[idx], b.returns[idx],
+        b.values[idx], logratio_others=b.logratio_others[idx], clip_coef=hyper.clip_coef,
+        ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef, norm_adv=hyper.norm_adv,
+        clip_vloss=hyper.clip_vloss, is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.n = 0
+
+    def add(self, stats: dict[str, torch.Tensor]) -> None:
+        for k, v in stats.items():
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self.n += 1
+
+    def result(self) -> dict[str, float]:
+        return {f"losses/{k}": v / max(self.n, 1) for k, v in self.sums.items()}
+
+
+def handler(event: Any, context: Any = None) -> dict[str, Any]:
+    ev = parse_event(LearnerEvent, event, context)
+    set_threads()
+    device = _device(ev.device)
+    t0 = time.perf_counter()
+    rs = run_store(ev.redis_url, ev.run_id)
+    trajs = load_trajectories(rs, ev.trajectory_ids)
+    pol, _ = POLICIES.get(rs, "latest", device)
+    groups = _group(trajs, device)
+    others, others_used, others_missing = _other_policies(
+        rs, ev.versions_in_flight, pol.version, device)
+    t_fetch = time.perf_counter()
+    gen = torch.Generator()
+    gen.manual_seed((ev.seed * 1_000_003 + zlib.crc32(ev.invocation_id.encode())) % (2**63))
+
+    try:
+        if ev.mode == "gradient":
+            result = _gradient_mode(ev, rs, pol, groups, others, device, gen)
+        else:
+            result = _update_mode(ev, rs, pol, groups, others, gen)
+    except BaseException:
+        POLICIES.invalidate(rs)  # the cached module may be half-updated
+        raise
+    t_end = time.perf_counter()
+    result["timings"] = {
+        "fetch_s": t_fetch - t0,
+        "compute_s": t_end - t_fetch - result.pop("_write_s", 0.0),
+        "total_s": t_end - t0,
+    }
+    result["timings"]["write_s"] = t_end - t0 - result["timings"]["fetch_s"] - \
+        result["timings"]["compute_s"]
+    result.update({
+        "invocation_id": ev.invocation_id,
+        "n_samples": sum(tr.steps * tr.n_envs for tr in trajs),
+        "behaviour_versions": sorted({tr.behaviour_version for tr in trajs}),
+        "is_versions": others_used,
+        "is_versions_missing": others_missing,
+        "device": str(device),
+    })
+    return result
+
+
+def _explained_variance(b: Flat) -> float:
+    return ppo.explained_variance(b.values, b.returns)
+
+
+def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list[Rollouts],
+                   others: list[ActorCritic], device: torch.device,
+                   gen: torch.Generator) -> dict[str, Any]:
+    hyper = ev.hyper
+    model = pol.model
+    batch = build_batch(model, groups, hyper, others)
+    ev_explained = _explained_variance(batch)
+    stats = _Stats()
+    written = duplicates = 0
+    versions_used: list[int] = []
+    write_s = 0.0
+    params = list(model.parameters())
+    names = [n for n, _ in model.named_parameters()]
+    for epoch in range(hyper.update_epochs):
+        for mb, idx in enumerate(_minibatches(len(batch), hyper, gen)):
+            latest = rs.params.latest_version()  # the one cheap read per minibatch
+            if latest is not None and latest != pol.version:
+                pol, cached = POLICIES.get(rs, "latest", device)
+                if pol.model is not model:  # rebuilt (new shape): new parameter objects
+                    model = pol.model
+                    params = list(model.parameters())
+                    names = [n for n, _ in model.named_parameters()]
+                if not cached and hyper.is_correction == "vtrace":
+                    batch = build_batch(model, groups, hyper, others)
+            if not versions_used or versions_used[-1] != pol.version:
+                versions_used.append(pol.version)
+            model.zero_grad(set_to_none=True)
+            loss, mb_stats = _loss(model, batch, idx, hyper)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, hyper.max_grad_norm)
+            stats.add(mb_stats)
+            tw = time.perf_counter()
+            grad = Gradient(
+                grads={n: p.grad.detach().cpu().numpy() if p.grad is not None
+                       else np.zeros(tuple(p.shape), np.float32)
+                       for n, p in zip(names, params, strict=True)},
+                invocation_id=ev.invocation_id,
+                epoch=epoch,
+                minibatch=mb,
+                version_used=pol.version,
+                n_samples=int(idx.numel()),
+                behaviour_versions=sorted(set(batch.behaviour_version[idx].tolist())),
+            )
+            if rs.grads.append(grad.meta(), grad.to_blob(), dedupe_id=grad.dedupe_id) is None:
+                duplicates += 1
+            else:
+                written += 1
+            write_s += time.perf_counter() - tw
+    model.zero_grad(set_to_none=True)
+    out: dict[str, Any] = stats.result()
+    out["losses/explained_variance"] = ev_explained
+    out.update({"gradients": written, "duplicates": duplicates,
+                "versions_used": sorted(set(versions_used)), "_write_s": write_s})
+    return out
+
+
+# -- update mode: the synchronous baseline ------------------------------------------------------
+def _load_adam(rs: RunStore, model: ActorCritic, lr: float) -> torch.optim.Adam:
+    opt = torch.optim.Adam(model.parameters(), lr=lr, eps=ADAM_EPS)
+    saved = rs.get_state(OPTIMIZER_STATE)
+    if saved is None:
+        return opt
+    arrays, _meta = saved
+    named = dict(model.named_parameters())
+    if not all(f"exp_avg.{n}" in arrays and f"exp_avg_sq.{n}" in arrays for n in named):
+        return opt  # a different architecture's state: start fresh rather than mis-apply
+    for n, p in named.items():
+        if tuple(arrays[f"exp_avg.{n}"].shape) != tuple(p.shape):
+            return torch.optim.Adam(model.parameters(), lr=lr, eps=ADAM_EPS)
+        opt.state[p] = {
+            "step": torch.tensor(float(arrays[f"step.{n}"].reshape(-1)[0])),
+            "exp_avg": torch.from_numpy(arrays[f"exp_avg.{n}"].copy()).to(p.device),
+            "exp_avg_sq": torch.from_numpy(arrays[f"exp_avg_sq.{n}"].copy()).to(p.device),
+        }
+    return opt
+
+
+def adam_state_tensors(model: ActorCritic, opt: torch.optim.Adam) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for n, p in model.named_parameters():
+        st = opt.state.get(p)
+        if not st:
+            continue
+        out[f"exp_avg.{n}"] = st["exp_avg"].detach().cpu().numpy()
+        out[f"exp_avg_sq.{n}"] = st["exp_avg_sq"].detach().cpu().numpy()
+        out[f"step.{n}"] = np.asarray([float(st["step"])], dtype=np.float64)
+    return out
+
+
+def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list[Rollouts],
+                 others: list[ActorCritic], gen: torch.Generator) -> dict[str, Any]:
+    hyper = ev.hyper
+    model, start_version = pol.model, pol.version
+    opt = _load_adam(rs, model, hyper.learning_rate)
+    stats = _Stats()
+    batch = build_batch(model, groups, hyper, others)
+    ev_explained = _explained_variance(batch)
+    steps = 0
+    for epoch in range(hyper.update_epochs):
+        if epoch and hyper.is_correction == "vtrace":
+            batch = build_batch(model, groups, hyper, others)
+        for idx in _minibatches(len(batch), hyper, gen):
+            loss, mb_stats = _loss(model, batch, idx, hyper)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
+            opt.step()
+            stats.add(mb_stats)
+            steps += 1
+
+    tw = time.perf_counter()
+    obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
+    ret_rms = RunningMeanStd.from_dict(ev.ret_stats) if ev.ret_stats else pol.ret_rms
+    target = int(ev.target_version or 0)
+    try:
+        rs.params.publish(target, to_tensors(model, obs_rms, ret_rms), policy_meta(model))
+    except redis.ResponseError as exc:
+        raise StalePublish(
+            f"cannot publish version {target} of run {rs.run_id!r}: {exc}") from exc
+    rs.put_state(OPTIMIZER_STATE, adam_state_tensors(model, opt), {"version": target})
+    POLICIES.set_version(rs, target, obs_rms, ret_rms)
+    out: dict[str, Any] = stats.result()
+    out["losses/explained_variance"] = ev_explained
+    out.update({"published_version": target, "optimizer_steps": steps, "gradients": 0,
+                "versions_used": [start_version], "_write_s": time.perf_counter() - tw})
+    return out

@@ -1,0 +1,311 @@
+"""Typed messages, defined once: handler events, hyper-parameters, and the tensor payloads.
+
+Events carry keys, never tensors (claim-check pattern): the tensors travel through the store
+as safetensors blobs (:class:`Trajectory`, :class:`Gradient`). Every event is validated before
+any work; a malformed one raises :class:`InvalidEvent` naming the offending field(s).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from store import decode, encode
+from store.errors import CorruptBlob
+from store.keys import validate_run_id
+
+
+class InvalidEvent(ValueError):
+    """A handler event failed validation; the message names the bad field(s)."""
+
+
+# -- hyper-parameters and policy spec ----------------------------------------------------------
+class PPOHyper(BaseModel):
+    """PPO hyper-parameters (CleanRL ``ppo_continuous_action`` defaults) + IS correction."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0)
+    clip_coef: float = Field(0.2, gt=0.0)
+    ent_coef: float = Field(0.0, ge=0.0)
+    vf_coef: float = Field(0.5, ge=0.0)
+    max_grad_norm: float = Field(0.5, gt=0.0)
+    update_epochs: int = Field(10, ge=1)
+    num_minibatches: int = Field(32, ge=1)
+    norm_adv: bool = True
+    clip_vloss: bool = True
+    learning_rate: float = Field(3e-4, gt=0.0)
+    is_correction: Literal["none", "truncate", "vtrace"] = "truncate"
+    rho_bar: float = Field(1.0, ge=1.0)  # the paper's cap; >= 1 by definition
+    c_bar: float = Field(1.0, gt=0.0)
+
+
+class PolicySpec(BaseModel):
+    """Architecture and normalisation of a policy; published with every version."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu"] = "tanh"
+    init_log_std: float = 0.0
+    obs_norm: bool = True
+    reward_scaling: bool = True
+    obs_clip: float = Field(10.0, gt=0.0)
+    reward_clip: float = Field(10.0, gt=0.0)
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(int(h) < 1 for h in v):
+            raise ValueError("hidden_sizes must be a non-empty list of positive ints")
+        return v
+
+
+# -- events -------------------------------------------------------------------------------------
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    run_id: str
+    redis_url: str | None = None  # None -> $REDIS_URL (store.resolve_url)
+    # Stable across retries of one logical invocation (dedupe key of its outputs). When absent
+    # the handler takes the Lambda context's aws_request_id, else a fresh uuid.
+    invocation_id: str | None = None
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON-able event dict a handler accepts (``schema`` under its wire name)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str) -> str:
+        return validate_run_id(v)
+
+    @field_validator("invocation_id")
+    @classmethod
+    def _inv(cls, v: str | None) -> str | None:
+        if v is not None and (not v or len(v) > 200 or any(c.isspace() for c in v)):
+            raise ValueError("invocation_id must be 1-200 characters without whitespace")
+        return v
+
+
+VersionRef = Literal["latest"] | int
+
+
+class ActorEvent(_Event):
+    schema_: Literal["stellaris.actor/1"] = Field("stellaris.actor/1", alias="schema")
+    env_id: str = Field(min_length=1)
+    n_envs: int = Field(8, ge=1, le=1024)
+    steps: int = Field(256, ge=1, le=100_000)
+    seed: int = 0
+    policy_version: VersionRef = "latest"
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+
+
+class LearnerEvent(_Event):
+    schema_: Literal["stellaris.learner/1"] = Field("stellaris.learner/1", alias="schema")
+    mode: Literal["gradient", "update"] = "gradient"
+    trajectory_ids: list[str] = Field(min_length=1)
+    versions_in_flight: list[int] = Field(default_factory=list)
+    hyper: PPOHyper = Field(default_factory=PPOHyper)
+    target_version: int | None = Field(None, ge=1)
+    obs_stats: dict[str, Any] | None = None
+    ret_stats: dict[str, Any] | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+
+    @field_validator("obs_stats", "ret_stats")
+    @classmethod
+    def _stats(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and not {"count", "mean", "var"} <= set(v):
+            raise ValueError('normaliser stats need the keys "count", "mean", "var"')
+        return v
+
+    @model_validator(mode="after")
+    def _update_needs_target(self) -> LearnerEvent:
+        if self.mode == "update" and self.target_version is None:
+            raise ValueError("target_version is required in update mode")
+        return self
+
+
+class EvaluatorEvent(_Event):
+    schema_: Literal["stellaris.evaluator/1"] = Field("stellaris.evaluator/1", alias="schema")
+    policy_version: VersionRef = "latest"
+    env_id: str | None = None  # None -> the env the policy was trained on
+    episodes: int = Field(5, ge=1, le=10_000)
+    seed: int = 0
+    max_steps: int = Field(1000, ge=1)
+
+
+E = TypeVar("E", bound=_Event)
+
+
+def parse_event(cls: type[E], event: Any, context: Any = None) -> E:
+    """Validate a raw event (dict or JSON text) into ``cls``; :class:`InvalidEvent` if bad."""
+    name = cls.__name__
+    if isinstance(event, bytes | bytearray | str):
+        try:
+            event = json.loads(event)
+        except ValueError as exc:
+            raise InvalidEvent(f"{name}: event is not valid JSON: {exc}") from None
+    if not isinstance(event, Mapping):
+        raise InvalidEvent(f"{name}: event must be a JSON object, got {type(event).__name__}")
+    try:
+        parsed = cls.model_validate(dict(event))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise InvalidEvent(f"invalid {name}: {problems}") from None
+    if parsed.invocation_id is None:
+        rid = getattr(context, "aws_request_id", None)
+        parsed.invocation_id = str(rid) if rid else uuid.uuid4().hex
+    return parsed
+
+
+# -- tensor payloads ----------------------------------------------------------------------------
+_TRAJ_ARRAYS = ("obs", "actions", "logprobs", "values", "next_values", "rewards",
+                "terminated", "truncated", "next_obs", "final_obs", "final_index")
+
+
+@dataclass
+class Trajectory:
+    """One actor invocation's rollout, time-major ``[T, N, ...]``.
+
+    ``obs`` are normalised as the behaviour policy saw them, ``rewards`` scaled with the
+    behaviour version's return statistics. ``next_values[t, n]`` is the behaviour critic's
+    value of the state that followed step ``t``: ``V(obs[t+1])`` inside an episode,
+    ``V(final observation)`` when the step ended the episode (a terminal step's value is
+    ignored by the maths), ``V(next_obs)`` after the last step. ``final_obs`` holds the
+    normalised final observations of episode-ending steps at flat indices ``final_index``
+    (``t * N + n``), so a learner can re-evaluate bootstrap values with its own critic.
+    """
+
+    obs: np.ndarray  # [T, N, D] float32
+    actions: np.ndarray  # [T, N, A] float32 (Box) or [T, N] int64 (Discrete)
+    logprobs: np.ndarray  # [T, N] behaviour log mu(a|s)
+    values: np.ndarray  # [T, N] behaviour V(s_t)
+    next_values: np.ndarray  # [T, N]
+    rewards: np.ndarray  # [T, N] scaled
+    terminated: np.ndarray  # [T, N] bool
+    truncated: np.ndarray  # [T, N] bool
+    next_obs: np.ndarray  # [N, D]
+    final_obs: np.ndarray  # [K, D]
+    final_index: np.ndarray  # [K] int64
+    behaviour_version: int
+    env_id: str
+    invocation_id: str
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    obs_stats: dict[str, Any] = field(default_factory=dict)
+    ret_stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return int(self.obs.shape[0])
+
+    @property
+    def n_envs(self) -> int:
+        return int(self.obs.shape[1])
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "kind": "trajectory",
+            "behaviour_version": int(self.behaviour_version),
+            "env_id": self.env_id,
+            "n_envs": self.n_envs,
+            "steps": self.steps,
+            "invocation_id": self.invocation_id,
+            "episode_returns": [float(x) for x in self.episode_returns],
+            "episode_lengths": [int(x) for x in self.episode_lengths],
+            "obs_stats": self.obs_stats,
+            "ret_stats": self.ret_stats,
+        }
+
+    def to_blob(self) -> bytes:
+        arrays = {name: getattr(self, name) for name in _TRAJ_ARRAYS}
+        arrays["terminated"] = arrays["terminated"].astype(np.uint8)
+        arrays["truncated"] = arrays["truncated"].astype(np.uint8)
+        return encode(arrays, self.meta())
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> Trajectory:
+        arrays, meta = decode(blob)
+        if meta.get("kind") != "trajectory":
+            raise CorruptBlob(f"blob is not a trajectory (kind={meta.get('kind')!r})")
+        missing = [n for n in _TRAJ_ARRAYS if n not in arrays]
+        if missing:
+            raise CorruptBlob(f"trajectory blob lacks arrays {missing}")
+        arrays["terminated"] = arrays["terminated"].astype(bool)
+        arrays["truncated"] = arrays["truncated"].astype(bool)
+        t, n = arrays["obs"].shape[:2]
+        for name in ("logprobs", "values", "next_values", "rewards", "terminated", "truncated"):
+            if arrays[name].shape != (t, n):
+                raise CorruptBlob(f"trajectory array {name!r} has shape {arrays[name].shape}, "
+                                  f"expected {(t, n)}")
+        return cls(
+            **arrays,
+            behaviour_version=int(meta["behaviour_version"]),
+            env_id=str(meta["env_id"]),
+            invocation_id=str(meta.get("invocation_id", "")),
+            episode_returns=list(meta.get("episode_returns", [])),
+            episode_lengths=list(meta.get("episode_lengths", [])),
+            obs_stats=dict(meta.get("obs_stats", {})),
+            ret_stats=dict(meta.get("ret_stats", {})),
+        )
+
+
+@dataclass
+class Gradient:
+    """One minibatch gradient, keyed by the policy's ``named_parameters()`` names."""
+
+    grads: dict[str, np.ndarray]
+    invocation_id: str
+    epoch: int
+    minibatch: int
+    version_used: int
+    n_samples: int
+    behaviour_versions: list[int] = field(default_factory=list)
+
+    @property
+    def dedupe_id(self) -> str:
+        return f"{self.invocation_id}:{self.epoch}:{self.minibatch}"
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "kind": "gradient",
+            "invocation_id": self.invocation_id,
+            "epoch": int(self.epoch),
+            "minibatch": int(self.minibatch),
+            "version_used": int(self.version_used),
+            "n_samples": int(self.n_samples),
+            "behaviour_versions": [int(v) for v in self.behaviour_versions],
+        }
+
+    def to_blob(self) -> bytes:
+        return encode(self.grads, self.meta())
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> Gradient:
+        arrays, meta = decode(blob)
+        if meta.get("kind") != "gradient":
+            raise CorruptBlob(f"blob is not a gradient (kind={meta.get('kind')!r})")
+        try:
+            return cls(
+                grads=arrays,
+                invocation_id=str(meta["invocation_id"]),
+                epoch=int(meta["epoch"]),
+                minibatch=int(meta["minibatch"]),
+                version_used=int(meta["version_used"]),
+                n_samples=int(meta["n_samples"]),
+                behaviour_versions=[int(v) for v in meta.get("behaviour_versions", [])],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBlob(f"gradient blob metadata is incomplete: {exc!r}") from exc

@@ -1,0 +1,127 @@
+"""Per-process caches of warm execution environments: store connections and policies.
+
+Module-level and keyed by (Redis URL, run id), so a worker that serves several runs in turn
+never mixes them up; small LRUs keep memory bounded. Nothing here is needed for
+correctness: a cold process rebuilds everything from the store.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from functions.normalizer import RunningMeanStd
+from functions.policy import ActorCritic, build_policy, load_policy_tensors
+from store import PolicySnapshot, RunStore, Store, resolve_url
+
+_STORES: dict[str, Store] = {}
+_RUN_STORES: OrderedDict[tuple[str, str], RunStore] = OrderedDict()
+
+
+def run_store(redis_url: str | None, run_id: str) -> RunStore:
+    """The (cached) :class:`RunStore` of a run; ``None`` URL -> ``$REDIS_URL``."""
+    url = resolve_url(redis_url)
+    key = (url, run_id)
+    rs = _RUN_STORES.get(key)
+    if rs is None:
+        if url not in _STORES:
+            _STORES[url] = Store(url)
+        rs = _RUN_STORES[key] = RunStore(_STORES[url], run_id)
+        while len(_RUN_STORES) > 8:
+            _RUN_STORES.popitem(last=False)
+    else:
+        _RUN_STORES.move_to_end(key)
+    return rs
+
+
+def set_threads() -> None:
+    """Functions share two cores with everything else (DESIGN.md): one torch thread."""
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+@dataclass
+class CachedPolicy:
+    version: int
+    model: ActorCritic
+    obs_rms: RunningMeanStd
+    ret_rms: RunningMeanStd
+    meta: dict[str, Any]
+
+
+def _same_shape(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("obs_dim", "action_space", "spec")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+class PolicyCache:
+    """The last policy version each run used in this process, refetched only when moved."""
+
+    def __init__(self, max_runs: int = 2) -> None:
+        self.max_runs = max_runs
+        self._entries: OrderedDict[tuple[str, str], CachedPolicy] = OrderedDict()
+
+    def _key(self, rs: RunStore) -> tuple[str, str]:
+        return (rs.store.url, rs.run_id)
+
+    def peek(self, rs: RunStore) -> CachedPolicy | None:
+        return self._entries.get(self._key(rs))
+
+    def get(
+        self,
+        rs: RunStore,
+        want: Literal["latest"] | int = "latest",
+        device: torch.device | str = "cpu",
+    ) -> tuple[CachedPolicy, bool]:
+        """(policy, cached): ``cached`` is True when no weights were transferred."""
+        key = self._key(rs)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        known = entry.version if entry is not None else None
+        if want == "latest":
+            snap = rs.params.fetch_if_newer(known)  # one round trip either way
+        elif entry is not None and entry.version == int(want):
+            snap = None
+        else:
+            snap = rs.params.get(int(want))
+        if snap is None and entry is not None:
+            return entry, True
+        assert snap is not None
+        return self._load(key, entry, snap, device), False
+
+    def _load(
+        self,
+        key: tuple[str, str],
+        entry: CachedPolicy | None,
+        snap: PolicySnapshot,
+        device: torch.device | str,
+    ) -> CachedPolicy:
+        if entry is not None and _same_shape(entry.meta, snap.meta):
+            model = entry.model  # reuse the module: only the numbers changed
+        else:
+            model = build_policy(snap.meta)
+        obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
+        model.to(device)
+        new = CachedPolicy(snap.version, model, obs_rms, ret_rms, dict(snap.meta))
+        self._entries[key] = new
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_runs:
+            self._entries.popitem(last=False)
+        return new
+
+    def set_version(self, rs: RunStore, version: int, obs_rms: RunningMeanStd,
+                    ret_rms: RunningMeanStd) -> None:
+        """Relabel the cached module after this process published its weights itself."""
+        entry = self._entries.get(self._key(rs))
+        if entry is not None:
+            entry.version, entry.obs_rms, entry.ret_rms = int(version), obs_rms, ret_rms
+
+    def invalidate(self, rs: RunStore) -> None:
+        self._entries.pop(self._key(rs), None)
+
+    def clear(self) -> None:
+        self._entries.clear()
