@@ -1,0 +1,74 @@
+"""``python -m runtime serve ...`` (and ``stellaris runtime serve ...``, which delegates here)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from runtime.core import Settings
+from runtime.sigv4 import load_credentials
+
+CREDENTIALS_ENV = "STELLARIS_RUNTIME_CREDENTIALS"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="runtime", description="Local AWS Lambda runtime")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve the Lambda API")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    s.add_argument("--port", type=int, default=9000)
+    s.add_argument("--auth", choices=("none", "sigv4"), default="none")
+    s.add_argument("--credentials", default=None,
+                   help=f"file of AKID:SECRET lines for --auth sigv4 (default: ${CREDENTIALS_ENV})")
+    s.add_argument("--zygote", action=argparse.BooleanOptionalAction, default=True,
+                   help="fork environments from a pre-initialised zygote")
+    s.add_argument("--preload", default="torch,gymnasium,numpy", help="modules the zygote imports")
+    s.add_argument("--account-concurrency", type=int, default=1000)
+    s.add_argument("--unreserved-min", type=int, default=None,
+                   help="executions that must stay unreserved (AWS: 100; default min(100, N/10))")
+    s.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a warm environment is kept")
+    s.add_argument("--state-dir", default=None, help="function code and logs (default: a temp dir)")
+    s.add_argument("--region", default="us-east-1")
+    s.add_argument("--account-id", default="000000000000")
+    s.add_argument("--event-retry-delays", default="60,120",
+                   help="seconds before the retries of a failed Event invocation")
+    s.add_argument("--log-level", default="info")
+    s.add_argument("--access-log", action="store_true")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    credentials: dict[str, str] = {}
+    if args.auth == "sigv4":
+        text = Path(args.credentials).read_text() if args.credentials else os.environ.get(CREDENTIALS_ENV, "")
+        credentials = load_credentials(text)
+        if not credentials:
+            raise SystemExit(f"--auth sigv4 needs --credentials FILE or ${CREDENTIALS_ENV}")
+    return Settings(
+        region=args.region, account_id=args.account_id,
+        account_concurrency=args.account_concurrency, unreserved_min=args.unreserved_min,
+        idle_timeout=args.idle_timeout, state_dir=Path(args.state_dir) if args.state_dir else None,
+        zygote=args.zygote, preload=tuple(m for m in args.preload.split(",") if m),
+        event_retry_delays=tuple(float(x) for x in args.event_retry_delays.split(",") if x),
+        credentials=credentials, auth=args.auth,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = settings_from_args(args)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import uvicorn
+
+    from runtime.api import create_app
+
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=args.access_log, timeout_graceful_shutdown=3)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
