@@ -1,0 +1,1 @@
+"""Packaging and deployment of the Stellaris functions (local runtime, AWS Lambda)."""

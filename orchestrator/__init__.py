@@ -1,0 +1,1 @@
+"""The training controller: async (Stellaris) and sync loops, invokers, aggregation, cost."""

@@ -1,0 +1,150 @@
+"""Staleness-aware gradient aggregation (the paper's rule, as DESIGN.md states it).
+
+Pure logic, no I/O: the trainer feeds gradients in, asks whether the buffer rule fires, and
+takes one weighted mean gradient out per aggregation (one optimizer step).
+
+* staleness ``delta = v_now - v_used``;
+* weight ``w = 1`` if ``delta <= v0`` else ``1/sqrt(delta)``; ``g = (1/H) sum_j w_j g_j``;
+* fire when the buffer's mean staleness ``<= beta_k``, or ``H == H_max``, or the oldest buffered
+  gradient waited ``timeout_s`` (never block forever);
+* ``beta_k = max(1, delta_max * d^k)`` with ``delta_max`` the largest buffer-mean staleness seen
+  during a fully asynchronous warm-up (every gradient applied as it comes);
+* optional hard drop of ``delta > delta_drop`` — counted, never silent;
+* every gradient is applied at most once (dedupe by invocation id, epoch and minibatch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from functions.messages import Gradient
+
+
+@dataclass(frozen=True)
+class AggregationRule:
+    staleness_weights: bool = True
+    v0: int = 1
+    h_max: int = 1
+    bound_decay: bool = True
+    decay: float = 0.9
+    warmup_aggregations: int = 20
+    timeout_s: float = 2.0
+    drop_staleness: int | None = None
+
+
+@dataclass
+class Aggregate:
+    """The result of one aggregation: the gradient to apply and what went into it."""
+
+    grads: dict[str, np.ndarray]
+    weights: list[float]
+    staleness: list[int]
+    dedupe_ids: list[str]
+    entry_ids: list[str]
+    reason: str
+    n_samples: int
+
+
+@dataclass
+class _Buffered:
+    gradient: Gradient
+    entry_id: str
+    arrived: float
+
+
+def staleness_weight(delta: int, v0: int) -> float:
+    return 1.0 if delta <= v0 else 1.0 / math.sqrt(delta)
+
+
+@dataclass
+class StalenessAggregator:
+    rule: AggregationRule
+    buffer: list[_Buffered] = field(default_factory=list)
+    applied: set[str] = field(default_factory=set)
+    aggregations: int = 0
+    delta_max: float = 0.0
+    duplicates: int = 0
+    dropped: int = 0
+
+    # -- the bound --------------------------------------------------------------------------
+    @property
+    def in_warmup(self) -> bool:
+        return self.aggregations < self.rule.warmup_aggregations
+
+    def beta(self) -> float:
+        """The current staleness bound ``beta_k`` (``inf`` during warm-up: fire on arrival)."""
+        if self.in_warmup:
+            return math.inf
+        k = self.aggregations - self.rule.warmup_aggregations
+        decay = self.rule.decay**k if self.rule.bound_decay else 1.0
+        return max(1.0, self.delta_max * decay)
+
+    # -- feeding ----------------------------------------------------------------------------
+    def offer(self, gradient: Gradient, entry_id: str, v_now: int, now: float) -> str:
+        """Buffer a gradient; returns ``"buffered"``, ``"duplicate"`` or ``"dropped"``."""
+        dedupe = gradient.dedupe_id
+        if dedupe in self.applied or any(b.gradient.dedupe_id == dedupe for b in self.buffer):
+            self.duplicates += 1
+            return "duplicate"
+        delta = max(0, v_now - gradient.version_used)
+        if self.rule.drop_staleness is not None and delta > self.rule.drop_staleness:
+            self.dropped += 1
+            self.applied.add(dedupe)  # decided once: a redelivery must not resurrect it
+            return "dropped"
+        self.buffer.append(_Buffered(gradient, entry_id, now))
+        return "buffered"
+
+    def mean_staleness(self, v_now: int) -> float:
+        if not self.buffer:
+            return 0.0
+        return float(np.mean([max(0, v_now - b.gradient.version_used) for b in self.buffer]))
+
+    def should_aggregate(self, v_now: int, now: float) -> str | None:
+        """The reason the buffer rule fires now, or ``None``."""
+        if not self.buffer:
+            return None
+        if self.in_warmup:
+            return "warmup"
+        if len(self.buffer) >= self.rule.h_max:
+            return "full"
+        if self.mean_staleness(v_now) <= self.beta():
+            return "bound"
+        if now - self.buffer[0].arrived >= self.rule.timeout_s:
+            return "timeout"
+        return None
+
+    # -- taking -------------------------------------------------------------------------------
+    def take(self, v_now: int, reason: str) -> Aggregate:
+        """Empty the buffer into one weighted mean gradient (one optimizer step)."""
+        if not self.buffer:
+            raise ValueError("nothing buffered")
+        if self.in_warmup:
+            self.delta_max = max(self.delta_max, self.mean_staleness(v_now))
+        deltas = [max(0, v_now - b.gradient.version_used) for b in self.buffer]
+        weights = [
+            staleness_weight(d, self.rule.v0) if self.rule.staleness_weights else 1.0
+            for d in deltas
+        ]
+        h = len(self.buffer)
+        names = self.buffer[0].gradient.grads.keys()
+        mean = {
+            name: sum(w * np.asarray(b.gradient.grads[name], dtype=np.float32)
+                      for w, b in zip(weights, self.buffer, strict=True)) / h
+            for name in names
+        }
+        out = Aggregate(
+            grads=mean,
+            weights=weights,
+            staleness=deltas,
+            dedupe_ids=[b.gradient.dedupe_id for b in self.buffer],
+            entry_ids=[b.entry_id for b in self.buffer],
+            reason=reason,
+            n_samples=sum(b.gradient.n_samples for b in self.buffer),
+        )
+        self.applied.update(out.dedupe_ids)
+        self.buffer.clear()
+        self.aggregations += 1
+        return out

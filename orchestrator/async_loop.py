@@ -1,0 +1,217 @@
+"""The Stellaris loop: actors and learners run asynchronously; the aggregator applies
+staleness-weighted gradients and publishes a new version per aggregation.
+
+Two threads: the dispatcher (this loop: keeps N actors and up to M learners in flight, books
+results, resubmits failures) and the aggregator (blocks on the gradient stream, applies the
+buffer rule, one Adam step per aggregation). Neither busy-waits: one blocks on futures, the
+other on ``XREADGROUP ... BLOCK``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any
+
+from functions.messages import Gradient, LearnerEvent
+from orchestrator.aggregator import AggregationRule, StalenessAggregator
+from orchestrator.invokers.base import InvocationResult
+from orchestrator.scaler import ActorScaler
+from orchestrator.trainer import Trainer
+from store import CorruptBlob, StoreError
+
+GROUP = "aggregator"
+
+
+@dataclass
+class _Traj:
+    traj_id: str
+    steps: int
+    behaviour_version: int
+
+
+@dataclass
+class _Learner:
+    event: dict[str, Any]
+    trajs: list[_Traj]
+    version_at_dispatch: int
+    attempts: int = 1
+
+
+class AsyncTrainer(Trainer):
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.resume_or_init()
+        self.rs.grads.ensure_group(GROUP, start_id="$")
+        self.aggregator = StalenessAggregator(AggregationRule(
+            staleness_weights=cfg.staleness_weights, v0=cfg.v0, h_max=cfg.h_max,
+            bound_decay=cfg.bound_decay, decay=cfg.decay,
+            warmup_aggregations=cfg.warmup_aggregations, timeout_s=cfg.aggregate_timeout_s,
+            drop_staleness=cfg.drop_staleness,
+        ))
+        self.scaler = ActorScaler(cfg)
+        self._stop = threading.Event()
+        self._agg_error: BaseException | None = None
+        agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
+        agg_thread.start()
+
+        actors: dict[Future[InvocationResult], int] = {}
+        learners: dict[Future[InvocationResult], _Learner] = {}
+        pending: deque[_Traj] = deque()
+        try:
+            while not self.done():
+                if self._agg_error is not None:
+                    raise RuntimeError(f"aggregator failed: {self._agg_error}") from self._agg_error
+                backlog = sum(t.steps for t in pending)
+                want = self.scaler.target(len(actors), backlog, len(learners))
+                # Backpressure: no new rollouts while learners already have enough to chew on.
+                while len(actors) < want and backlog < cfg.learner_batch_steps * (cfg.learners + 1):
+                    actors[self.invoker.submit("actor", self.actor_event())] = 0
+                self._dispatch_learners(learners, pending)
+                futures = list(actors) + list(learners)
+                done, _ = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    if fut in actors:
+                        attempts = actors.pop(fut)
+                        self._on_actor(fut.result(), attempts, actors, pending)
+                    else:
+                        self._on_learner(fut.result(), learners.pop(fut), learners)
+                self.periodic(self._extra(len(actors), len(learners)))
+        finally:
+            self._shutdown(actors, learners, agg_thread)
+        self.checkpoint()
+        self.finish_evaluation(timeout=30)
+        row = self.log_row(self._extra(0, 0))
+        summary = self.summary()
+        summary.update(aggregations=self.aggregator.aggregations, beta=self.aggregator.beta(),
+                       delta_max=self.aggregator.delta_max, grads_dropped=self.aggregator.dropped,
+                       grads_duplicate=self.aggregator.duplicates, final_row=row)
+        self.close(summary)
+        return summary
+
+    # -- dispatcher ---------------------------------------------------------------------------
+    def _on_actor(self, res: InvocationResult, attempts: int,
+                  actors: dict[Future[InvocationResult], int], pending: deque[_Traj]) -> None:
+        self.record_cost(res)
+        if not res.ok or not res.payload:
+            self.record_failure(res)
+            if attempts < self.cfg.max_retries and not self.done():
+                self.counters.retries["actor"] += 1
+                actors[self.invoker.submit("actor", self.actor_event())] = attempts + 1
+            return
+        p = res.payload
+        self.record_actor(p, self.master.version)
+        pending.append(_Traj(p["trajectory_id"], int(p["steps"]), int(p["behaviour_version"])))
+
+    def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
+                           pending: deque[_Traj]) -> None:
+        cfg = self.cfg
+        while len(learners) < cfg.learners and sum(t.steps for t in pending) >= cfg.learner_batch_steps:
+            batch: list[_Traj] = []
+            while pending and sum(t.steps for t in batch) < cfg.learner_batch_steps:
+                batch.append(pending.popleft())
+            with self.lock:
+                v_now = self.master.version
+                self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
+            in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_now})[-4:]
+            event = LearnerEvent(
+                run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
+                invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
+                versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
+            ).to_event()
+            learners[self.invoker.submit("learner", event)] = _Learner(event, batch, v_now)
+
+    def _on_learner(self, res: InvocationResult, job: _Learner,
+                    learners: dict[Future[InvocationResult], _Learner]) -> None:
+        self.record_cost(res)
+        if res.ok and res.payload:
+            self.record_learner_stats(res.payload)
+            self._release(job)
+            return
+        self.record_failure(res)
+        if job.attempts <= self.cfg.max_retries and not self.done():
+            # Same invocation id: gradients it already wrote are de-duplicated, never re-applied.
+            self.counters.retries["learner"] += 1
+            job.attempts += 1
+            learners[self.invoker.submit("learner", job.event)] = job
+        else:
+            self.counters.learner_gave_up += 1
+            self._release(job)
+
+    def _release(self, job: _Learner) -> None:
+        try:
+            self.rs.traj.delete([t.traj_id for t in job.trajs])
+        except StoreError as exc:
+            self.counters.last_errors.append(f"traj cleanup: {exc}")
+
+    def _extra(self, n_actors: int, n_learners: int) -> dict[str, Any]:
+        agg = self.aggregator
+        beta = agg.beta()
+        return {
+            "actors_in_flight": n_actors, "learners_in_flight": n_learners,
+            "aggregations": agg.aggregations, "beta": None if beta == float("inf") else beta,
+            "buffer_size": len(agg.buffer), "grads_dropped": agg.dropped,
+            "grads_duplicate": agg.duplicates,
+        }
+
+    def _shutdown(self, actors: dict[Future[InvocationResult], int],
+                  learners: dict[Future[InvocationResult], _Learner], agg_thread: threading.Thread) -> None:
+        # In-flight invocations finish on their own (a Lambda cannot be recalled); we wait a
+        # bounded time so their cost is booked, then stop the aggregator.
+        outstanding = list(actors) + list(learners)
+        done, _ = wait(outstanding, timeout=min(60.0, self.cfg.function_timeout_s))
+        for fut in done:
+            self.record_cost(fut.result())
+            if fut in actors and fut.result().ok and fut.result().payload:
+                self.record_actor(fut.result().payload or {}, self.master.version)
+        self._stop.set()
+        agg_thread.join(timeout=10)
+
+    # -- aggregator thread ----------------------------------------------------------------------
+    def _aggregate_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                entries = self.rs.grads.read(GROUP, "orchestrator", count=64, block_ms=100)
+            except StoreError as exc:
+                self.counters.last_errors.append(f"grads read: {exc}")
+                time.sleep(0.5)
+                continue
+            except BaseException as exc:  # noqa: BLE001 - surfaced to the dispatcher
+                self._agg_error = exc
+                return
+            try:
+                for e in entries:
+                    self._offer(e.id, e.blob)
+                    self._apply_while_ready()
+                self._apply_while_ready()
+            except BaseException as exc:  # noqa: BLE001 - surfaced to the dispatcher
+                self._agg_error = exc
+                return
+
+    def _offer(self, entry_id: str, blob: bytes | None) -> None:
+        try:
+            grad = Gradient.from_blob(blob or b"")
+        except CorruptBlob as exc:
+            self.counters.last_errors.append(f"corrupt gradient {entry_id}: {exc}")
+            self.rs.grads.ack(GROUP, [entry_id])
+            return
+        status = self.aggregator.offer(grad, entry_id, self.master.version, time.monotonic())
+        if status != "buffered":
+            self.rs.grads.ack(GROUP, [entry_id])
+
+    def _apply_while_ready(self) -> None:
+        agg = self.aggregator
+        while (reason := agg.should_aggregate(self.master.version, time.monotonic())) is not None:
+            with self.lock:
+                v_now = self.master.version
+                out = agg.take(v_now, reason)
+                self.master.apply(out.grads)
+                self.master.publish(self.rs)
+                self.counters.grads_applied += len(out.dedupe_ids)
+                self.counters.grad_staleness.extend(out.staleness)
+            self.log_applied(out.dedupe_ids, v_now + 1)
+            self.rs.grads.ack(GROUP, out.entry_ids)

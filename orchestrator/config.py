@@ -1,0 +1,190 @@
+"""One typed configuration for a training run.
+
+Sources, lowest to highest precedence: defaults < TOML file (``--config run.toml``) <
+environment variables (``STELLARIS_<FIELD>``, e.g. ``STELLARIS_ACTORS=4``) < command-line flags.
+The resolved config is saved as ``config.json`` in the run folder (secrets redacted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from functions.messages import PolicySpec, PPOHyper
+from store import redact
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message is one line naming the field."""
+
+
+class TrainConfig(BaseModel):
+    """Everything that defines a Stellaris training run."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    env: str = Field("Hopper-v5", description="gymnasium environment id (or package.module:EnvId).")
+    mode: Literal["async", "sync"] = Field(
+        "async", description="async = Stellaris (staleness-aware); sync = RLlib-style PPO baseline."
+    )
+    backend: Literal["inline", "local", "lambda", "ray"] = Field(
+        "local",
+        description="Where functions run: in-process threads, the local Lambda runtime over HTTP, "
+        "any Lambda endpoint (AWS or local) via boto3, or Ray tasks.",
+    )
+    actors: int = Field(2, ge=1, le=1000, description="Actor invocations kept in flight.")
+    learners: int = Field(1, ge=1, le=100, description="Learner invocations in flight (async).")
+    total_steps: int | None = Field(
+        None, ge=1, description="Stop after this many environment steps."
+    )
+    minutes: float | None = Field(None, gt=0, description="Stop after this much wall-clock time.")
+    seed: int = Field(1, description="Seed of the policy initialisation and of every env.")
+    run_id: str | None = Field(None, description="Run id (default: derived from env, mode, time).")
+    run_dir: str | None = Field(None, description="Run folder (default: runs/<run_id>).")
+    restart: bool = Field(False, description="Start over even if the run folder has a checkpoint.")
+
+    # -- rollouts and PPO ---------------------------------------------------------------
+    n_envs: int = Field(8, ge=1, description="Vector envs per actor invocation.")
+    rollout_steps: int = Field(256, ge=1, description="Steps per env per actor invocation.")
+    learner_batch_steps: int = Field(
+        2048, ge=1, description="Env steps a learner invocation consumes (async)."
+    )
+    hyper: PPOHyper = Field(default_factory=PPOHyper, description="PPO hyper-parameters.")
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy network spec.")
+
+    # -- staleness-aware aggregation (DESIGN.md) ----------------------------------------
+    staleness_weights: bool = Field(
+        True, description="Weight gradients 1 (delta <= v0) or 1/sqrt(delta) (paper)."
+    )
+    v0: int = Field(1, ge=0, description="Staleness up to which a gradient keeps weight 1.")
+    buffer_max: int | None = Field(
+        None, ge=1, description="H_max: aggregate when this many gradients are buffered "
+        "(default: learners)."
+    )
+    bound_decay: bool = Field(True, description="Decay the staleness bound beta_k = d^k delta_max.")
+    decay: float = Field(0.9, gt=0, le=1, description="d in beta_k = max(1, delta_max * d^k).")
+    warmup_aggregations: int = Field(
+        20, ge=0, description="Fully asynchronous aggregations that measure delta_max."
+    )
+    aggregate_timeout_s: float = Field(
+        2.0, gt=0, description="Aggregate whatever is buffered after waiting this long."
+    )
+    drop_staleness: int | None = Field(
+        None, ge=1, description="delta_drop: drop (and count) gradients staler than this."
+    )
+
+    # -- functions and invocation -------------------------------------------------------
+    actor_memory_mb: int = Field(1769, ge=128, le=10240, description="Actor MemorySize (1769 = 1 vCPU).")
+    learner_memory_mb: int = Field(1769, ge=128, le=10240, description="Learner MemorySize.")
+    function_timeout_s: int = Field(300, ge=1, le=900, description="Function Timeout.")
+    max_retries: int = Field(3, ge=0, description="Resubmissions of a failed invocation.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Learner device.")
+    redis_url: str | None = Field(
+        None, description="Redis URL (default: $REDIS_URL, else an embedded redis-server)."
+    )
+    function_redis_url: str | None = Field(
+        None, description="Redis URL as the functions see it (default: the orchestrator's)."
+    )
+    endpoint_url: str | None = Field(
+        None, description="Lambda endpoint for --backend lambda (default: AWS for the region)."
+    )
+    region: str = Field("us-east-1", description="AWS region of the Lambda backend.")
+    function_prefix: str = Field("stellaris", description="Deployed function names' prefix.")
+    ray_address: str | None = Field(None, description="Ray cluster address (default: local Ray).")
+    runtime_zygote: bool = Field(True, description="Local runtime forks workers from a zygote.")
+
+    # -- scaling and budget -------------------------------------------------------------
+    autoscale: bool = Field(False, description="Grow/shrink actors in flight to keep learners fed.")
+    max_actors: int = Field(8, ge=1, description="Upper bound of actors in flight with --autoscale.")
+    budget_usd: float | None = Field(None, gt=0, description="Stop when the run's cost reaches this.")
+
+    # -- observability and checkpoints --------------------------------------------------
+    eval_interval_s: float = Field(60.0, ge=0, description="Seconds between evaluations (0: off).")
+    eval_episodes: int = Field(3, ge=1, description="Episodes per evaluation.")
+    checkpoint_interval_s: float = Field(30.0, gt=0, description="Seconds between checkpoints.")
+    keep_checkpoints: int = Field(3, ge=1, description="Recent checkpoints kept (plus the best).")
+    log_interval_s: float = Field(2.0, gt=0, description="Seconds between metric rows.")
+    progress: Literal["auto", "rich", "plain", "none"] = Field(
+        "auto", description="Live display: rich in a terminal, plain lines otherwise."
+    )
+    keep_versions: int = Field(64, ge=2, description="Policy versions retained in Redis.")
+    fault_kill_prob: float = Field(
+        0.0, ge=0, le=1, description="Fault injection: probability that a function's process is "
+        "killed mid-invocation (tests and reliability drills)."
+    )
+
+    @model_validator(mode="after")
+    def _budget_given(self) -> TrainConfig:
+        if self.total_steps is None and self.minutes is None:
+            raise ValueError("give a budget: total_steps or minutes")
+        return self
+
+    @property
+    def h_max(self) -> int:
+        return self.buffer_max or self.learners
+
+    def public_dict(self) -> dict[str, Any]:
+        """The resolved config as JSON, with credentials in URLs redacted."""
+        doc = self.model_dump(mode="json")
+        for key in ("redis_url", "function_redis_url", "endpoint_url"):
+            if doc.get(key):
+                doc[key] = redact(doc[key])
+        return doc
+
+    def digest(self) -> str:
+        """Hash of what defines the learning problem (not budgets or paths)."""
+        doc = self.model_dump(
+            mode="json", include={"env", "mode", "hyper", "policy", "n_envs", "rollout_steps", "seed"}
+        )
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _env_overrides() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in TrainConfig.model_fields:
+        raw = os.environ.get(f"STELLARIS_{name.upper()}")
+        if raw is not None:
+            try:
+                out[name] = json.loads(raw)
+            except ValueError:
+                out[name] = raw
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """Defaults < TOML < STELLARIS_* env vars < ``overrides`` (flags); one-line errors."""
+    doc: dict[str, Any] = {}
+    if path:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    doc = _merge(doc, _env_overrides())
+    doc = _merge(doc, {k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return TrainConfig.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ConfigError(f"invalid config: {loc}: {err['msg']}{more}") from None

@@ -1,0 +1,86 @@
+"""Cost accounting on one clock: every system is billed by the same table and stopwatch.
+
+Serverless components are billed like Lambda (duration rounded up to 1 ms x memory GB x price
+per GB-s, plus a price per request); GPU learner time at a GPU instance's per-second price;
+serverful components (the orchestrator's VM, Redis, a baseline's whole cluster) for the whole
+wall-clock time. Prices: us-east-1 list prices (re-check before publishing), overridable.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    lambda_gb_second_usd: float = 0.0000166667  # x86_64, first tier
+    lambda_request_usd: float = 0.20 / 1_000_000
+    gpu_instance_hour_usd: float = 1.006  # g5.xlarge (1x A10G), on demand
+    orchestrator_hour_usd: float = 0.0416  # t3.medium: 2 vCPU, 4 GiB — runs the control loop
+    redis_hour_usd: float = 0.034  # cache.t4g.small (ElastiCache)
+    serverful_hour_usd: float = 0.085  # c6i.large: 2 vCPU — a baseline's whole machine
+
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, float] | None) -> PriceTable:
+        return cls(**{**asdict(cls()), **(overrides or {})})
+
+
+def lambda_cost(duration_ms: float, memory_mb: int, prices: PriceTable) -> tuple[int, float]:
+    """(billed ms, USD) of one invocation: 1 ms rounding, GB-s, plus the request price."""
+    billed_ms = max(1, math.ceil(duration_ms))
+    gb_s = (memory_mb / 1024.0) * (billed_ms / 1000.0)
+    return billed_ms, gb_s * prices.lambda_gb_second_usd + prices.lambda_request_usd
+
+
+@dataclass
+class CostMeter:
+    """Accumulates the cost of a run, per component, thread-safe."""
+
+    prices: PriceTable = field(default_factory=PriceTable)
+    serverless: bool = True
+    components: dict[str, dict[str, float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def invocation(self, component: str, duration_ms: float, memory_mb: int, gpu: bool = False) -> float:
+        billed_ms, usd = lambda_cost(duration_ms, memory_mb, self.prices)
+        if gpu:  # a GPU learner is billed per second of GPU instance instead of GB-s
+            usd = billed_ms / 1000.0 * self.prices.gpu_instance_hour_usd / 3600.0
+        with self._lock:
+            c = self.components.setdefault(
+                component, {"invocations": 0, "billed_ms": 0, "gb_seconds": 0.0, "usd": 0.0}
+            )
+            c["invocations"] += 1
+            c["billed_ms"] += billed_ms
+            c["gb_seconds"] += memory_mb / 1024.0 * billed_ms / 1000.0
+            c["usd"] += usd
+        return usd
+
+    def fixed_usd(self, wall_s: float) -> dict[str, float]:
+        """Always-on components for ``wall_s`` seconds."""
+        hours = wall_s / 3600.0
+        if self.serverless:
+            return {
+                "orchestrator": hours * self.prices.orchestrator_hour_usd,
+                "redis": hours * self.prices.redis_hour_usd,
+            }
+        return {"instance": hours * self.prices.serverful_hour_usd}
+
+    def total(self, wall_s: float) -> float:
+        with self._lock:
+            variable = sum(c["usd"] for c in self.components.values())
+        return variable + sum(self.fixed_usd(wall_s).values())
+
+    def report(self, wall_s: float) -> dict[str, Any]:
+        with self._lock:
+            comps = {k: dict(v) for k, v in self.components.items()}
+        fixed = self.fixed_usd(wall_s)
+        return {
+            "wall_s": wall_s,
+            "functions": comps,
+            "fixed": fixed,
+            "total_usd": sum(c["usd"] for c in comps.values()) + sum(fixed.values()),
+            "prices": asdict(self.prices),
+        }

@@ -1,0 +1,1 @@
+"""Invokers: inline (threads), local runtime and AWS Lambda (boto3), Ray."""

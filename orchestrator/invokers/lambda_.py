@@ -1,0 +1,125 @@
+"""Invoke functions through the AWS Lambda API with boto3: real AWS or the local runtime.
+
+The same code targets both; only ``endpoint_url`` differs. Connections are pooled (one client,
+``max_pool_connections`` sized to the invocations in flight). Billed duration comes from the
+``REPORT`` line of the tail log when the endpoint sends one (Lambda's own meter), else from the
+client's stopwatch.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from orchestrator.invokers.base import InvocationResult, Invoker
+
+_BILLED = re.compile(r"Billed Duration: (\d+) ms")
+_INIT = re.compile(r"Init Duration: ([\d.]+) ms")
+
+
+def lambda_client(endpoint_url: str | None, region: str, pool: int, read_timeout: float) -> Any:
+    kwargs: dict[str, Any] = {}
+    if endpoint_url:
+        # A local endpoint accepts any credentials; don't require an AWS profile for it.
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            kwargs.update(aws_access_key_id="local", aws_secret_access_key="local")
+    return boto3.client(
+        "lambda",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        config=Config(
+            max_pool_connections=max(10, pool),
+            read_timeout=read_timeout,
+            connect_timeout=5,
+            retries={"max_attempts": 3, "mode": "standard"},  # 429 throttles back off
+            tcp_keepalive=True,
+        ),
+        **kwargs,
+    )
+
+
+class LambdaInvoker(Invoker):
+    name = "lambda"
+
+    def __init__(
+        self,
+        function_names: dict[str, str],
+        endpoint_url: str | None,
+        region: str,
+        max_in_flight: int,
+        timeout_s: float,
+    ) -> None:
+        self.function_names = function_names
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self.timeout_s = timeout_s
+        self.client = lambda_client(endpoint_url, region, max_in_flight + 4, timeout_s + 30)
+        self.pool = ThreadPoolExecutor(max_workers=max_in_flight + 2, thread_name_prefix="lambda")
+
+    def start(self) -> None:
+        """Fail fast, before anything is spent, when the endpoint or a function is missing."""
+        for fn, name in self.function_names.items():
+            try:
+                self.client.get_function(FunctionName=name)
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                raise RuntimeError(
+                    f"{fn} function {name!r} is not deployed at "
+                    f"{self.endpoint_url or 'AWS ' + self.region} ({code}); run `stellaris deploy` first"
+                ) from None
+            except BotoCoreError as exc:
+                raise RuntimeError(
+                    f"Lambda endpoint {self.endpoint_url or 'AWS ' + self.region} unreachable: {exc}"
+                ) from None
+
+    def submit(self, function: str, event: dict[str, Any]) -> Future[InvocationResult]:
+        return self.pool.submit(self._invoke, function, event)
+
+    def _invoke(self, function: str, event: dict[str, Any]) -> InvocationResult:
+        t0 = time.perf_counter()
+        try:
+            resp = self.client.invoke(
+                FunctionName=self.function_names[function],
+                InvocationType="RequestResponse",
+                LogType="Tail",
+                Payload=json.dumps(event).encode(),
+            )
+            body = resp["Payload"].read()
+        except (ClientError, BotoCoreError) as exc:
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+            return InvocationResult(function, False, None, code, str(exc),
+                                    duration_ms=(time.perf_counter() - t0) * 1e3)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        log = ""
+        if resp.get("LogResult"):
+            log = base64.b64decode(resp["LogResult"]).decode(errors="replace")
+        billed = _BILLED.search(log)
+        duration_ms = float(billed.group(1)) if billed else wall_ms
+        cold = bool(_INIT.search(log))
+        try:
+            payload = json.loads(body) if body else None
+        except ValueError:
+            payload = None
+        if resp.get("FunctionError"):
+            doc = payload if isinstance(payload, dict) else {}
+            return InvocationResult(
+                function, False, None, str(doc.get("errorType", "Unhandled")),
+                str(doc.get("errorMessage", body[:500])), duration_ms=duration_ms, cold_start=cold,
+            )
+        if not isinstance(payload, dict):
+            return InvocationResult(function, False, None, "InvalidResponse",
+                                    f"function returned {body[:200]!r}", duration_ms=duration_ms)
+        return InvocationResult(function, True, payload, duration_ms=duration_ms, cold_start=cold)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()

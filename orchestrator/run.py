@@ -1,0 +1,115 @@
+"""Assemble a training run from a config: validate, open the store, build the invoker, train."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from functions.envs import UnknownEnv, UnsupportedSpace, space_info
+from orchestrator.config import ConfigError, TrainConfig
+from orchestrator.invokers.base import Invoker
+from store import RunStore, Store, StoreUnavailable, validate_run_id
+
+
+class PreflightError(RuntimeError):
+    """A problem found before anything is spent: bad env, unreachable Redis or endpoint."""
+
+
+def default_run_id(cfg: TrainConfig) -> str:
+    env = re.sub(r"[^A-Za-z0-9._-]", "-", cfg.env)
+    return f"{env}-{cfg.mode}-{time.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
+
+
+def resolve_run(cfg: TrainConfig) -> tuple[str, Path]:
+    run_id = cfg.run_id
+    if run_id is None and cfg.run_dir:
+        run_id = re.sub(r"[^A-Za-z0-9._-]", "-", Path(cfg.run_dir).resolve().name) or None
+    run_id = validate_run_id(run_id or default_run_id(cfg))
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / run_id
+    return run_id, run_dir
+
+
+def preflight_env(cfg: TrainConfig) -> None:
+    try:
+        space_info(cfg.env)
+    except (UnknownEnv, UnsupportedSpace) as exc:
+        raise PreflightError(str(exc)) from None
+
+
+def open_store(cfg: TrainConfig) -> Store:
+    try:
+        store = Store(cfg.redis_url, retry_seconds=3.0)
+        store.ping()
+    except StoreUnavailable as exc:
+        raise PreflightError(str(exc)) from None
+    except (ValueError, FileNotFoundError) as exc:
+        raise PreflightError(str(exc)) from None
+    store.retry_seconds = 30.0  # during the run, ride out short outages
+    return store
+
+
+def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> Invoker:
+    in_flight = (cfg.max_actors if cfg.autoscale else cfg.actors) + cfg.learners + 1
+    if cfg.backend == "inline":
+        from orchestrator.invokers.inline import InlineInvoker
+
+        return InlineInvoker(max_workers=in_flight, timeout_s=cfg.function_timeout_s)
+    if cfg.backend == "local":
+        from orchestrator.invokers.local import LocalRuntimeInvoker
+
+        return LocalRuntimeInvoker(
+            cfg.function_prefix, cfg.actor_memory_mb, cfg.learner_memory_mb, cfg.function_timeout_s,
+            in_flight, environment={"REDIS_URL": function_redis_url}, zygote=cfg.runtime_zygote,
+            log_file=str(run_dir / "runtime.log"),
+        )
+    if cfg.backend == "lambda":
+        from deploy.functions import HANDLERS
+        from orchestrator.invokers.lambda_ import LambdaInvoker
+
+        names = {fn: f"{cfg.function_prefix}-{fn}" for fn in HANDLERS}
+        return LambdaInvoker(names, cfg.endpoint_url, cfg.region, in_flight, cfg.function_timeout_s)
+    if cfg.backend == "ray":
+        from orchestrator.invokers.ray_ import RayInvoker
+
+        return RayInvoker(cfg.ray_address, in_flight)
+    raise ConfigError(f"unknown backend {cfg.backend!r}")
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run one training job end to end; returns the summary (also saved in the run folder)."""
+    preflight_env(cfg)
+    run_id, run_dir = resolve_run(cfg)
+    store = open_store(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(
+        {**cfg.public_dict(), "run_id": run_id, "run_dir": str(run_dir)}, indent=2))
+    rs = RunStore(store, run_id, keep_versions=cfg.keep_versions)
+    function_url = cfg.function_redis_url or store.url
+    invoker = build_invoker(cfg, function_url, run_dir)
+    try:
+        try:
+            invoker.start()
+        except Exception as exc:
+            raise PreflightError(f"{cfg.backend} backend unusable: {exc}") from exc
+        if cfg.mode == "async":
+            from orchestrator.async_loop import AsyncTrainer
+
+            trainer: Any = AsyncTrainer(cfg, invoker, rs, run_dir, function_url)
+        else:
+            from orchestrator.sync_loop import SyncTrainer
+
+            trainer = SyncTrainer(cfg, invoker, rs, run_dir, function_url)
+        summary = trainer.run()
+    finally:
+        invoker.close()
+    try:
+        from orchestrator.plot import plot_runs
+
+        plot_runs([run_dir], run_dir / "figures")
+    except Exception as exc:  # noqa: BLE001 - figures are a convenience, never fail a run
+        print(f"warning: could not draw figures: {exc}")
+    store.close()
+    return summary

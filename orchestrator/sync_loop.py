@@ -1,0 +1,91 @@
+"""The synchronous baseline (RLlib-style PPO) on the same functions.
+
+Each round: every actor samples with version ``v`` (barrier), then one learner invocation in
+``update`` mode runs epochs x minibatches of Adam steps on the whole batch and publishes
+``v + 1`` together with the merged normaliser statistics.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import wait
+from typing import Any
+
+from functions.messages import LearnerEvent
+from orchestrator.invokers.base import InvocationResult
+from orchestrator.trainer import Trainer
+
+
+class SyncTrainer(Trainer):
+    def run(self) -> dict[str, Any]:
+        self.resume_or_init()
+        while not self.done():
+            v = self.master.version
+            results = self._sample_round(v)
+            if results is None:
+                break
+            self._learn(v, results)
+            self.periodic({"actors_in_flight": 0, "learners_in_flight": 0})
+        self.checkpoint(self._store_state())
+        self.finish_evaluation(timeout=30)
+        row = self.log_row({"actors_in_flight": 0, "learners_in_flight": 0})
+        summary = self.summary()
+        summary["final_row"] = row
+        self.close(summary)
+        return summary
+
+    def _sample_round(self, v: int) -> list[dict[str, Any]] | None:
+        """All actors with version ``v``; failed ones are resubmitted (the barrier waits)."""
+        payloads: list[dict[str, Any]] = []
+        attempts = {i: 0 for i in range(self.cfg.actors)}
+        futures = {self.invoker.submit("actor", self.actor_event(v)): i for i in attempts}
+        while futures:
+            done, _ = wait(list(futures), timeout=1.0)
+            self.maybe_evaluate()
+            for fut in done:
+                i = futures.pop(fut)
+                res: InvocationResult = fut.result()
+                self.record_cost(res)
+                if res.ok and res.payload:
+                    payloads.append(res.payload)
+                    self.record_actor(res.payload, v)
+                    continue
+                self.record_failure(res)
+                attempts[i] += 1
+                if attempts[i] > self.cfg.max_retries:
+                    raise RuntimeError(f"actor failed {attempts[i]} times: {res.error}")
+                self.counters.retries["actor"] += 1
+                futures[self.invoker.submit("actor", self.actor_event(v))] = i
+        return payloads
+
+    def _learn(self, v: int, payloads: list[dict[str, Any]]) -> None:
+        ids = [p["trajectory_id"] for p in payloads]
+        with self.lock:
+            obs_stats, ret_stats = self.master.obs_rms.to_dict(), self.master.ret_rms.to_dict()
+            self.counters.traj_staleness.extend(0 for _ in ids)
+        event = LearnerEvent(
+            run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
+            invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=ids, versions_in_flight=[v],
+            hyper=self.cfg.hyper, target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
+            device=self.cfg.device, seed=self.next_seed(),
+        ).to_event()
+        for attempt in range(self.cfg.max_retries + 1):
+            res = self.invoker.submit("learner", event).result()
+            self.record_cost(res)
+            if res.ok and res.payload:
+                self.record_learner_stats(res.payload)
+                break
+            self.record_failure(res)
+            if attempt == self.cfg.max_retries:
+                raise RuntimeError(f"learner update failed {attempt + 1} times: {res.error}")
+            self.counters.retries["learner"] += 1
+        self.rs.traj.delete(ids)
+        with self.lock:
+            self.master.adopt_latest(self.rs)
+            self.counters.grads_applied += int(res.payload.get("optimizer_steps", 0)) if res.payload else 0
+
+    def _store_state(self) -> Any:
+        """Sync mode: the learner holds the truth; checkpoint the store's version + Adam state."""
+        with self.lock:
+            self.master.adopt_latest(self.rs)
+            return self.master.state_tensors()

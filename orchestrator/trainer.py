@@ -1,0 +1,269 @@
+"""What the async and sync loops share: the run folder, resume, bookkeeping, metrics, cost,
+evaluation, checkpoints and the stop rule."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from functions.messages import ActorEvent, EvaluatorEvent
+from orchestrator.checkpoint import Checkpointer
+from orchestrator.config import TrainConfig
+from orchestrator.cost import CostMeter
+from orchestrator.invokers.base import InvocationResult, Invoker
+from orchestrator.master import MasterPolicy
+from orchestrator.metrics import MetricsLog, Progress
+from store import RunStore
+
+
+@dataclass
+class Counters:
+    env_steps: int = 0
+    episodes: int = 0
+    failures: dict[str, int] = field(default_factory=lambda: {"actor": 0, "learner": 0, "evaluator": 0})
+    retries: dict[str, int] = field(default_factory=lambda: {"actor": 0, "learner": 0, "evaluator": 0})
+    learner_gave_up: int = 0
+    grads_applied: int = 0
+    traj_staleness: list[int] = field(default_factory=list)
+    grad_staleness: list[int] = field(default_factory=list)
+    last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+
+
+class Trainer:
+    """Base of :class:`AsyncTrainer` and :class:`SyncTrainer`."""
+
+    def __init__(self, cfg: TrainConfig, invoker: Invoker, run_store: RunStore, run_dir: Path,
+                 function_redis_url: str | None) -> None:
+        self.cfg = cfg
+        self.invoker = invoker
+        self.rs = run_store
+        self.run_dir = Path(run_dir)
+        self.redis_url = function_redis_url
+        self.lock = threading.RLock()
+        self.master = MasterPolicy(cfg.env, cfg.policy, cfg.seed, cfg.hyper.learning_rate)
+        self.counters = Counters()
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self.recent_lengths: deque[int] = deque(maxlen=100)
+        self.recent_stats: dict[str, float] = {}
+        self.cost = CostMeter()
+        self.checkpointer = Checkpointer(self.run_dir, cfg.keep_checkpoints)
+        self.metrics = MetricsLog(self.run_dir)
+        self.progress = Progress(cfg.progress, cfg.total_steps, (cfg.minutes or 0) * 60 or None)
+        self.eval_return: float | None = None
+        self._eval_future: Future[InvocationResult] | None = None
+        self._t_start = time.monotonic()
+        self._wall_offset = 0.0  # wall time of earlier sessions of a resumed run
+        self._last_log = self._last_ckpt = self._last_eval = 0.0
+        self._last_log_steps = 0
+        self._applied_log = open(self.run_dir / "applied_gradients.log", "a")  # noqa: SIM115
+        self._seq = 0
+
+    # -- clock and budget -------------------------------------------------------------------
+    def wall(self) -> float:
+        return time.monotonic() - self._t_start
+
+    def total_wall(self) -> float:
+        return self._wall_offset + self.wall()
+
+    def done(self) -> bool:
+        c = self.cfg
+        if c.total_steps is not None and self.counters.env_steps >= c.total_steps:
+            return True
+        if c.minutes is not None and self.wall() >= c.minutes * 60:
+            return True
+        return c.budget_usd is not None and self.cost.total(self.total_wall()) >= c.budget_usd
+
+    # -- events -----------------------------------------------------------------------------
+    def next_seed(self) -> int:
+        self._seq += 1
+        return self.cfg.seed * 100_003 + self._seq
+
+    def actor_event(self, version: int | str = "latest") -> dict[str, Any]:
+        return ActorEvent(
+            run_id=self.rs.run_id, redis_url=self.redis_url, invocation_id=f"a-{uuid.uuid4().hex[:16]}",
+            env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=self.cfg.rollout_steps,
+            seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
+        ).to_event()
+
+    def record_cost(self, result: InvocationResult) -> None:
+        mem = self.cfg.learner_memory_mb if result.function == "learner" else self.cfg.actor_memory_mb
+        gpu = result.function == "learner" and self.cfg.device == "cuda"
+        self.cost.invocation(result.function, result.duration_ms, mem, gpu=gpu)
+
+    def record_failure(self, result: InvocationResult) -> None:
+        with self.lock:
+            self.counters.failures[result.function] += 1
+            self.counters.last_errors.append(f"{result.function}: {result.error}"[:300])
+
+    def record_actor(self, payload: dict[str, Any], v_now: int) -> None:
+        """Steps, episodes and normaliser statistics of a finished actor invocation."""
+        with self.lock:
+            self.counters.env_steps += int(payload["steps"])
+            self.counters.episodes += int(payload.get("episodes", 0))
+            self.recent_returns.extend(float(r) for r in payload.get("episode_returns", []))
+            self.recent_lengths.extend(int(n) for n in payload.get("episode_lengths", []))
+            self.master.merge_stats(payload.get("obs_stats"), payload.get("ret_stats"))
+
+    def record_learner_stats(self, payload: dict[str, Any]) -> None:
+        with self.lock:
+            for k, v in payload.items():
+                if k.startswith("losses/") and isinstance(v, int | float):
+                    self.recent_stats[k] = float(v)
+
+    # -- evaluation -------------------------------------------------------------------------
+    def maybe_evaluate(self, force: bool = False) -> None:
+        if self._eval_future is not None and self._eval_future.done():
+            res = self._eval_future.result()
+            self._eval_future = None
+            self.record_cost(res)
+            if res.ok and res.payload:
+                self.eval_return = float(res.payload["mean_return"])
+                self.metrics.scalar("charts/eval_return", self.eval_return, self.counters.env_steps)
+            else:
+                self.record_failure(res)
+        interval = self.cfg.eval_interval_s
+        if self._eval_future is None and interval > 0 and (force or self.wall() - self._last_eval >= interval):
+            self._last_eval = self.wall()
+            event = EvaluatorEvent(
+                run_id=self.rs.run_id, redis_url=self.redis_url, policy_version="latest",
+                episodes=self.cfg.eval_episodes, seed=self.cfg.seed + 7919,
+                invocation_id=f"e-{uuid.uuid4().hex[:16]}",
+            ).to_event()
+            self._eval_future = self.invoker.submit("evaluator", event)
+
+    def finish_evaluation(self, timeout: float) -> None:
+        if self._eval_future is not None:
+            try:
+                self._eval_future.result(timeout=timeout)
+            except Exception:  # noqa: BLE001 - a late evaluation is not worth failing a run
+                return
+            self.maybe_evaluate()
+
+    # -- metrics and checkpoints ------------------------------------------------------------
+    def mean_return(self) -> float | None:
+        with self.lock:
+            return float(np.mean(self.recent_returns)) if self.recent_returns else None
+
+    def log_row(self, extra: dict[str, Any]) -> dict[str, Any]:
+        now = self.wall()
+        with self.lock:
+            c = self.counters
+            dt = max(1e-9, now - self._last_log)
+            sps = (c.env_steps - self._last_log_steps) / dt if self._last_log else None
+            self._last_log, self._last_log_steps = now, c.env_steps
+            ts, gs = c.traj_staleness, c.grad_staleness
+            row = {
+                "wall_s": self.total_wall(), "env_steps": c.env_steps, "version": self.master.version,
+                "sps": sps, "episodic_return": self.mean_return(),
+                "episodic_length": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
+                "episodes": c.episodes, "eval_return": self.eval_return,
+                "cost_usd": self.cost.total(self.total_wall()),
+                "version_diff_traj_mean": float(np.mean(ts)) if ts else None,
+                "version_diff_traj_max": max(ts) if ts else None,
+                "version_diff_grad_mean": float(np.mean(gs)) if gs else None,
+                "version_diff_grad_max": max(gs) if gs else None,
+                "failures_actor": c.failures["actor"], "failures_learner": c.failures["learner"],
+                "failures_evaluator": c.failures["evaluator"], "grads_applied": c.grads_applied,
+                **self.recent_stats, **extra,
+            }
+            self.metrics.histogram("staleness/version_diff_traj", [float(x) for x in ts], c.env_steps)
+            self.metrics.histogram("staleness/version_diff_grad", [float(x) for x in gs], c.env_steps)
+            self.staleness_totals(ts, gs)
+            ts.clear()
+            gs.clear()
+        self.metrics.row(row)
+        self.progress.update(row)
+        return row
+
+    def staleness_totals(self, ts: list[int], gs: list[int]) -> None:
+        """Keep whole-run staleness histograms (for the final report and benchmarks)."""
+        hist = getattr(self, "_hist", None)
+        if hist is None:
+            hist = self._hist = {"traj": {}, "grad": {}}
+        for key, vals in (("traj", ts), ("grad", gs)):
+            for v in vals:
+                hist[key][int(v)] = hist[key].get(int(v), 0) + 1
+
+    def checkpoint(self, tensors: dict[str, np.ndarray] | None = None) -> None:
+        with self.lock:
+            version = self.master.version
+            tensors = tensors if tensors is not None else self.master.state_tensors()
+            meta = {
+                "env_id": self.cfg.env, "mode": self.cfg.mode, "config_hash": self.cfg.digest(),
+                "env_steps": self.counters.env_steps, "episodes": self.counters.episodes,
+                "wall_s": self.total_wall(), "cost_usd": self.cost.total(self.total_wall()),
+                "obs_rms": self.master.obs_rms.to_dict(), "ret_rms": self.master.ret_rms.to_dict(),
+                "policy_meta": self.master.meta, "run_id": self.rs.run_id,
+                "cost_functions": self.cost.components,
+            }
+        score = self.eval_return if self.eval_return is not None else self.mean_return()
+        self.checkpointer.save(version, tensors, meta, score=score)
+        self._last_ckpt = self.wall()
+
+    def periodic(self, extra: dict[str, Any]) -> None:
+        now = self.wall()
+        if now - self._last_log >= self.cfg.log_interval_s or not self._last_log:
+            self.log_row(extra)
+        if now - self._last_ckpt >= self.cfg.checkpoint_interval_s:
+            self.checkpoint()
+        self.maybe_evaluate()
+
+    # -- resume -------------------------------------------------------------------------------
+    def resume_or_init(self) -> bool:
+        """Load the run folder's checkpoint (resume) or publish version 0; True if resumed."""
+        found = None if self.cfg.restart else self.checkpointer.latest()
+        if found is None:
+            self.master.publish(self.rs, allow_rewind=True)
+            return False
+        tensors, meta = found
+        if meta.get("config_hash") not in (None, self.cfg.digest()):
+            raise ValueError(
+                f"run folder {self.run_dir} holds a checkpoint of a different configuration "
+                "(use --restart to start over, or another --run-dir)"
+            )
+        self.master.load_state(tensors, int(meta["version"]))
+        self.counters.env_steps = int(meta.get("env_steps", 0))
+        self.counters.episodes = int(meta.get("episodes", 0))
+        self._wall_offset = float(meta.get("wall_s", 0.0))
+        for comp, c in (meta.get("cost_functions") or {}).items():
+            self.cost.components[comp] = dict(c)
+        self.master.publish(self.rs, allow_rewind=True)
+        if self.cfg.mode == "sync":
+            self.rs.put_state("optimizer", self.master.optimizer_state(), {"version": self.master.version})
+        return True
+
+    def log_applied(self, dedupe_ids: list[str], version: int) -> None:
+        for d in dedupe_ids:
+            self._applied_log.write(f"{version} {d}\n")
+        self._applied_log.flush()
+
+    def summary(self) -> dict[str, Any]:
+        wall = self.total_wall()
+        c = self.counters
+        hist = getattr(self, "_hist", {"traj": {}, "grad": {}})
+        return {
+            "run_id": self.rs.run_id, "mode": self.cfg.mode, "backend": self.cfg.backend,
+            "env": self.cfg.env, "env_steps": c.env_steps, "episodes": c.episodes,
+            "version": self.master.version, "wall_s": wall,
+            "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),
+            "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
+            "learner_gave_up": c.learner_gave_up, "grads_applied": c.grads_applied,
+            "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
+            "cost": self.cost.report(wall), "backend_billing": self.invoker.billing(),
+            "last_errors": list(c.last_errors),
+        }
+
+    def close(self, summary: dict[str, Any]) -> None:
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        self.metrics.close()
+        self.progress.close()
+        self._applied_log.close()
