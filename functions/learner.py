@@ -265,6 +265,10 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     gen = torch.Generator()
     gen.manual_seed((ev.seed * 1_000_003 + zlib.crc32(ev.invocation_id.encode())) % (2**63))
 
+    if ev.mode == "update" and pol.version >= int(ev.target_version or 0):
+        raise StalePublish(
+            f"cannot publish version {ev.target_version} of run {rs.run_id!r}: the latest "
+            f"version is already {pol.version} (a retried sync round?)")
     try:
         if ev.mode == "gradient":
             result = _gradient_mode(ev, rs, pol, groups, others, device, gen)
@@ -389,6 +393,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
                  others: list[ActorCritic], gen: torch.Generator) -> dict[str, Any]:
     hyper = ev.hyper
     model, start_version = pol.model, pol.version
+    target = int(ev.target_version or 0)
     opt = _load_adam(rs, model, hyper.learning_rate)
     stats = _Stats()
     batch = build_batch(model, groups, hyper, others)
@@ -409,7 +414,6 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     tw = time.perf_counter()
     obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
     ret_rms = RunningMeanStd.from_dict(ev.ret_stats) if ev.ret_stats else pol.ret_rms
-    target = int(ev.target_version or 0)
     try:
         rs.params.publish(target, to_tensors(model, obs_rms, ret_rms), policy_meta(model))
     except redis.ResponseError as exc:

@@ -238,6 +238,7 @@ class Trajectory:
     @classmethod
     def from_blob(cls, blob: bytes) -> Trajectory:
         arrays, meta = decode(blob)
+        arrays = {k: np.array(v) for k, v in arrays.items()}  # writable copies, not views
         if meta.get("kind") != "trajectory":
             raise CorruptBlob(f"blob is not a trajectory (kind={meta.get('kind')!r})")
         missing = [n for n in _TRAJ_ARRAYS if n not in arrays]

@@ -137,8 +137,8 @@ class ActorCritic(nn.Module):
     def env_action(self, action: torch.Tensor) -> np.ndarray:
         """The action as the env takes it: clipped to the Box bounds, ints for Discrete."""
         if self.discrete:
-            return action.cpu().numpy().astype(np.int64)
-        return torch.clamp(action, self.low, self.high).cpu().numpy()
+            return action.detach().cpu().numpy().astype(np.int64)
+        return torch.clamp(action.detach(), self.low, self.high).cpu().numpy()
 
 
 # -- the policy as tensors ----------------------------------------------------------------------
@@ -201,8 +201,8 @@ def load_policy_tensors(
     for prefix, shape in (("obs_rms", (model.obs_dim,)), ("ret_rms", ())):
         rms = RunningMeanStd(shape)
         if all(f"{prefix}.{k}" in tensors for k in _RMS_KEYS):
-            rms.mean = np.asarray(tensors[f"{prefix}.mean"], dtype=np.float64).reshape(shape)
-            rms.var = np.asarray(tensors[f"{prefix}.var"], dtype=np.float64).reshape(shape)
+            rms.mean = np.array(tensors[f"{prefix}.mean"], dtype=np.float64).reshape(shape)
+            rms.var = np.array(tensors[f"{prefix}.var"], dtype=np.float64).reshape(shape)
             rms.count = float(np.asarray(tensors[f"{prefix}.count"]).reshape(-1)[0])
         out.append(rms)
     return out[0], out[1]

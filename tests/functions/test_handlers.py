@@ -1,0 +1,319 @@
+"""The handlers against a real Redis: warm cache, round trips, dedupe, refresh, bad events."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+import torch
+
+from functions import actor, evaluator, learner, ppo
+from functions.envs import UnknownEnv
+from functions.messages import Gradient, InvalidEvent, PolicySpec, Trajectory
+from functions.normalizer import RunningMeanStd
+from functions.policy import build_policy, init_policy, load_policy_tensors, policy_meta
+from functions.policy import policy_tensors as to_tensors
+from functions.warm import PolicyCache
+from store import RunStore, encode
+from store.errors import CorruptBlob, VersionNotFound
+
+SMALL = PolicySpec(hidden_sizes=[16, 16])
+
+
+def publish_init(rs: RunStore, env_id: str, spec: PolicySpec = SMALL, seed: int = 0,
+                 version: int = 0, obs_rms=None, ret_rms=None):
+    model, tensors = init_policy(env_id, spec, seed)
+    if obs_rms is not None or ret_rms is not None:
+        tensors = to_tensors(model, obs_rms, ret_rms)
+    rs.params.publish(version, tensors, policy_meta(model))
+    return model
+
+
+def perturbed(rs: RunStore, version: int, scale: float = 0.3, seed: int = 1) -> None:
+    """Publish ``version``: the latest weights plus noise (a 'newer' policy)."""
+    snap = rs.params.latest()
+    model = build_policy(snap.meta)
+    obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    rs.params.publish(version, to_tensors(model, obs_rms, ret_rms), snap.meta)
+
+
+def ev(rs: RunStore, redis_url: str, **kw):
+    return {"run_id": rs.run_id, "redis_url": redis_url, **kw}
+
+
+class CountingLoads:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        orig = PolicyCache._load
+
+        def load(this, *a, **k):
+            self.n += 1
+            return orig(this, *a, **k)
+
+        monkeypatch.setattr(PolicyCache, "_load", load)
+
+
+# -- actor -----------------------------------------------------------------------------------
+def test_actor_warm_cache_refetches_only_when_version_moves(run_store, redis_url, monkeypatch):
+    publish_init(run_store, "CartPole-v1")
+    loads = CountingLoads(monkeypatch)
+    e = ev(run_store, redis_url, env_id="CartPole-v1", n_envs=2, steps=16)
+    first = actor.handler(e)
+    second = actor.handler(e)
+    assert (first["cached"], second["cached"], loads.n) == (False, True, 1)
+    assert second["behaviour_version"] == 0
+    perturbed(run_store, 1)
+    third = actor.handler(e)
+    assert (third["cached"], third["behaviour_version"], loads.n) == (False, 1, 2)
+    # an explicit older version is fetched once, then served warm
+    old = actor.handler({**e, "policy_version": 0})
+    again = actor.handler({**e, "policy_version": 0})
+    assert (old["behaviour_version"], old["cached"], again["cached"], loads.n) == (0, False,
+                                                                                   True, 3)
+    for key in ("fetch_s", "sample_s", "write_s", "total_s"):
+        assert second["timings"][key] >= 0
+    assert second["steps"] == 32 and len(second["episode_returns"]) == second["episodes"]
+
+
+def test_trajectory_round_trip_with_truncation_and_normalisers(run_store, redis_url):
+    obs_rms = RunningMeanStd((3,))
+    obs_rms.merge(1000, [0.5, -0.2, 0.1], [0.3, 0.4, 4.0])
+    ret_rms = RunningMeanStd(())
+    ret_rms.merge(1000, 0.0, 16.0)
+    model = publish_init(run_store, "Pendulum-v1", obs_rms=obs_rms, ret_rms=ret_rms)
+    out = actor.handler(ev(run_store, redis_url, env_id="Pendulum-v1", n_envs=2, steps=210,
+                           seed=5, invocation_id="act-1", gamma=0.9))
+    (entry,) = run_store.traj.get([out["trajectory_id"]])
+    assert entry is not None and entry.meta["behaviour_version"] == 0
+    assert entry.meta["invocation_id"] == "act-1" and entry.meta["n_envs"] == 2
+    tr = Trajectory.from_blob(entry.blob)
+    assert tr.obs.shape == (210, 2, 3) and tr.actions.shape == (210, 2, 1)
+    # Pendulum only truncates (200 steps): both envs at t=199, with their final observations
+    assert not tr.terminated.any() and tr.truncated.sum() == 2 and tr.truncated[199].all()
+    assert tr.final_index.tolist() == [199 * 2, 199 * 2 + 1]
+    assert out["episode_lengths"] == [200, 200] and all(r < 0 for r in out["episode_returns"])
+    with torch.no_grad():
+        obs = torch.from_numpy(tr.obs)
+        logp, _ = model.log_prob_entropy(obs, torch.from_numpy(tr.actions))
+        values = model.get_value(obs)
+        final_v = model.get_value(torch.from_numpy(tr.final_obs))
+        last_v = model.get_value(torch.from_numpy(tr.next_obs))
+    np.testing.assert_allclose(tr.logprobs, logp.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tr.values, values.numpy(), rtol=1e-5, atol=1e-5)
+    # next_values: the next row inside episodes, V(final obs) at truncation, V(next_obs) last
+    np.testing.assert_allclose(tr.next_values[:198], tr.values[1:199], atol=1e-6)
+    np.testing.assert_allclose(tr.next_values[199], final_v.numpy(), atol=1e-5)
+    np.testing.assert_allclose(tr.next_values[-1], last_v.numpy(), atol=1e-5)
+    assert not np.allclose(tr.next_values[199], tr.values[200])  # not the reset obs
+    # observations as the policy saw them: normalised with the version's statistics
+    assert np.abs(tr.obs).max() <= 10.0
+    assert abs(tr.obs[..., 2].std() - np.sqrt(np.array(out["obs_stats"]["var"][2]) / 4.0)) < 0.2
+    # rewards scaled by the version's return std (4), clipped at 10
+    assert tr.rewards.max() <= 0.0 and tr.rewards.min() >= -16.3 / 4 - 1e-4
+    assert out["obs_stats"]["count"] == 420 and out["ret_stats"]["count"] == 420
+    assert out["ret_stats"]["mean"] < 0  # discounted returns of negative rewards
+
+
+def test_actor_episodes_continue_across_warm_invocations(run_store, redis_url):
+    publish_init(run_store, "Pendulum-v1")
+    e = ev(run_store, redis_url, env_id="Pendulum-v1", n_envs=1, steps=150)
+    assert actor.handler(e)["episodes"] == 0
+    out = actor.handler(e)  # the episode started in the first call ends at its step 200
+    assert out["episode_lengths"] == [200]
+
+
+def test_actor_in_a_separate_worker_process(run_store, redis_url):
+    publish_init(run_store, "CartPole-v1")
+    e = ev(run_store, redis_url, env_id="CartPole-v1", n_envs=2, steps=8)
+    with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        a = pool.submit(actor.handler, e).result(timeout=120)
+        b = pool.submit(actor.handler, e).result(timeout=120)
+    assert (a["cached"], b["cached"]) == (False, True)
+    assert run_store.traj.get([a["trajectory_id"], b["trajectory_id"]])[1] is not None
+
+
+# -- learner ---------------------------------------------------------------------------------
+def sample(rs, redis_url, env_id="CartPole-v1", n=1, **kw):
+    return [actor.handler(ev(rs, redis_url, env_id=env_id, n_envs=4, steps=32, seed=i,
+                             invocation_id=f"a-{rs.run_id}-{i}", **kw))["trajectory_id"]
+            for i in range(n)]
+
+
+def test_gradient_round_trip_equals_a_local_ppo_gradient(run_store, redis_url):
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1", n=2)
+    hyper = {"update_epochs": 1, "num_minibatches": 1, "is_correction": "truncate"}
+    out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, hyper=hyper,
+                             invocation_id="L1"))
+    assert out["gradients"] == 1 and out["versions_used"] == [0]
+    assert out["n_samples"] == 256 and out["behaviour_versions"] == [0]
+    assert {"losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
+            "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
+            "losses/is_truncated_frac"} <= set(out)
+    (entry,) = run_store.grads.get([run_store.grads.read("g", "c", count=10)[0].id]) \
+        if run_store.grads.ensure_group("g") is None else []
+    g = Gradient.from_blob(entry.blob)
+    assert entry.meta["invocation_id"] == "L1" and entry.meta["version_used"] == 0
+    assert (g.epoch, g.minibatch, g.n_samples, g.behaviour_versions) == (0, 0, 256, [0])
+
+    # the same gradient, computed here from the trajectories with the pure maths
+    snap = run_store.params.latest()
+    model = build_policy(snap.meta)
+    load_policy_tensors(model, snap.tensors)
+    trajs = [Trajectory.from_blob(e.blob) for e in run_store.traj.get(ids)]
+    cat = {k: torch.from_numpy(np.concatenate([getattr(t, k) for t in trajs], axis=1))
+           for k in ("obs", "actions", "logprobs", "values", "next_values", "rewards",
+                     "terminated", "truncated")}
+    adv, ret = ppo.compute_gae(cat["rewards"], cat["values"], cat["next_values"],
+                               cat["terminated"], cat["truncated"], 0.99, 0.95)
+    obs, act = cat["obs"].reshape(-1, 3), cat["actions"].reshape(-1, 1)
+    newlogp, ent = model.log_prob_entropy(obs, act)
+    loss, _ = ppo.ppo_loss(newlogp, ent, model.get_value(obs), cat["logprobs"].reshape(-1),
+                           adv.reshape(-1), ret.reshape(-1), cat["values"].reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    assert set(g.grads) == {n for n, _ in model.named_parameters()}
+    for n, p in model.named_parameters():
+        np.testing.assert_allclose(g.grads[n], p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=n)
+
+
+def test_retried_learner_is_deduplicated(run_store, redis_url):
+    publish_init(run_store, "CartPole-v1")
+    ids = sample(run_store, redis_url)
+    e = ev(run_store, redis_url, trajectory_ids=ids, invocation_id="retry-me",
+           hyper={"update_epochs": 2, "num_minibatches": 4})
+    first = learner.handler(e)
+    second = learner.handler(e)
+    assert (first["gradients"], first["duplicates"]) == (8, 0)
+    assert (second["gradients"], second["duplicates"]) == (0, 8)
+    stats = run_store.grads.stats()
+    assert (stats.length, stats.duplicates) == (8, 8)
+    entries = run_store.grads.read("g", "c", count=100, block_ms=None) \
+        if run_store.grads.ensure_group("g") is None else []
+    keys = sorted((e.meta["epoch"], e.meta["minibatch"]) for e in entries)
+    assert keys == [(ep, mb) for ep in range(2) for mb in range(4)]
+
+
+def test_learner_refreshes_weights_when_the_version_moves(run_store, redis_url, monkeypatch):
+    publish_init(run_store, "CartPole-v1")
+    ids = sample(run_store, redis_url)
+    orig = learner._loss
+    calls = {"n": 0}
+
+    def loss_then_publish(*a, **k):
+        out = orig(*a, **k)
+        calls["n"] += 1
+        if calls["n"] == 2:  # the orchestrator publishes while the learner works
+            perturbed(run_store, 1)
+        return out
+
+    monkeypatch.setattr(learner, "_loss", loss_then_publish)
+    out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, invocation_id="R",
+                             hyper={"update_epochs": 1, "num_minibatches": 4}))
+    assert out["versions_used"] == [0, 1]
+    run_store.grads.ensure_group("g")
+    used = [e.meta["version_used"]
+            for e in sorted(run_store.grads.read("g", "c", count=10, block_ms=None),
+                            key=lambda e: e.meta["minibatch"])]
+    assert used == [0, 0, 1, 1]
+
+
+def test_versions_in_flight_truncate_and_missing_versions_are_reported(run_store, redis_url):
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1")
+    perturbed(run_store, 1, scale=0.5)
+    out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, versions_in_flight=[0, 1,
+                             99], hyper={"update_epochs": 1, "num_minibatches": 2}))
+    assert out["versions_used"] == [1]
+    assert out["is_versions"] == [0] and out["is_versions_missing"] == [99]
+    assert 0.0 < out["losses/is_truncated_frac"] < 1.0
+    none = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, versions_in_flight=[0],
+                              hyper={"update_epochs": 1, "num_minibatches": 2,
+                                     "is_correction": "none"}))
+    assert none["losses/is_truncated_frac"] == 0.0
+
+
+def test_vtrace_learner_runs(run_store, redis_url):
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1")
+    out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, hyper={
+        "update_epochs": 2, "num_minibatches": 2, "is_correction": "vtrace"}))
+    assert out["gradients"] == 4 and np.isfinite(out["losses/value_loss"])
+
+
+def test_update_mode_publishes_and_keeps_adam_state(run_store, redis_url):
+    publish_init(run_store, "CartPole-v1")
+    ids = sample(run_store, redis_url, n=2)
+    stats = RunningMeanStd((4,))
+    stats.merge(100, [1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
+    hyper = {"update_epochs": 2, "num_minibatches": 4}
+    out = learner.handler(ev(run_store, redis_url, mode="update", trajectory_ids=ids,
+                             target_version=1, hyper=hyper, obs_stats=stats.to_dict()))
+    assert out["published_version"] == 1 and out["optimizer_steps"] == 8
+    assert out["versions_used"] == [0]
+    snap = run_store.params.latest()
+    assert snap.version == 1 and snap.meta["env_id"] == "CartPole-v1"
+    np.testing.assert_allclose(snap.tensors["obs_rms.mean"], stats.mean)
+    before = run_store.params.get(0).tensors
+    assert not np.array_equal(before["actor.0.weight"], snap.tensors["actor.0.weight"])
+    arrays, meta = run_store.get_state("optimizer")
+    assert meta["version"] == 1 and arrays["step.actor.0.weight"][0] == 8
+    # the next round continues from the stored Adam state (and a warm cached module)
+    out2 = learner.handler(ev(run_store, redis_url, mode="update", trajectory_ids=ids,
+                              target_version=2, hyper=hyper))
+    assert out2["versions_used"] == [1]
+    arrays, _ = run_store.get_state("optimizer")
+    assert arrays["step.actor.0.weight"][0] == 16
+    # without obs_stats the version's own statistics are carried over
+    np.testing.assert_allclose(run_store.params.latest().tensors["obs_rms.mean"], stats.mean)
+    with pytest.raises(learner.StalePublish, match="version 2"):
+        learner.handler(ev(run_store, redis_url, mode="update", trajectory_ids=ids,
+                           target_version=2, hyper=hyper))
+
+
+# -- errors ----------------------------------------------------------------------------------
+def test_bad_events_fail_before_any_work():
+    nowhere = "redis://127.0.0.1:1/0"  # would hang in retries if the handler touched it
+    with pytest.raises(InvalidEvent, match="n_envs"):
+        actor.handler({"run_id": "r", "redis_url": nowhere, "env_id": "CartPole-v1",
+                       "n_envs": -1})
+    with pytest.raises(InvalidEvent, match="trajectory_ids"):
+        learner.handler({"run_id": "r", "redis_url": nowhere})
+    with pytest.raises(InvalidEvent, match="max_steps"):
+        evaluator.handler({"run_id": "r", "redis_url": nowhere, "max_steps": "many"})
+
+
+def test_store_errors_are_clear(run_store, redis_url):
+    with pytest.raises(VersionNotFound, match="no policy published"):
+        actor.handler(ev(run_store, redis_url, env_id="CartPole-v1"))
+    publish_init(run_store, "CartPole-v1")
+    with pytest.raises(VersionNotFound, match="never published"):
+        actor.handler(ev(run_store, redis_url, env_id="CartPole-v1", policy_version=7))
+    with pytest.raises(learner.MissingTrajectory, match="999-0"):
+        learner.handler(ev(run_store, redis_url, trajectory_ids=["999-0"]))
+    bad = run_store.traj.append({"kind": "trajectory"}, b"garbage-not-safetensors")
+    with pytest.raises(CorruptBlob):
+        learner.handler(ev(run_store, redis_url, trajectory_ids=[bad]))
+    wrong = run_store.traj.append({}, encode({"x": np.zeros(1)}, {"kind": "gradient"}))
+    with pytest.raises(CorruptBlob, match="not a trajectory"):
+        learner.handler(ev(run_store, redis_url, trajectory_ids=[wrong]))
+    with pytest.raises(UnknownEnv, match="Nope-v9"):
+        actor.handler(ev(run_store, redis_url, env_id="Nope-v9"))
+    with pytest.raises(actor.PolicyEnvMismatch, match="Pendulum-v1"):
+        actor.handler(ev(run_store, redis_url, env_id="Pendulum-v1"))
+
+
+# -- evaluator -------------------------------------------------------------------------------
+def test_evaluator_is_deterministic(run_store, redis_url):
+    publish_init(run_store, "Pendulum-v1")
+    e = ev(run_store, redis_url, episodes=2, seed=3, max_steps=50)
+    a, b = evaluator.handler(e), evaluator.handler(e)
+    assert a["returns"] == b["returns"] and a["lengths"] == [50, 50]
+    assert a["version"] == 0 and a["mean_return"] == pytest.approx(np.mean(a["returns"]))
+    assert a["std_return"] == pytest.approx(np.std(a["returns"]))

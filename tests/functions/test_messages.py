@@ -1,0 +1,142 @@
+"""Event validation and the tensor payloads' blob round trips."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from functions.messages import (
+    ActorEvent,
+    EvaluatorEvent,
+    Gradient,
+    InvalidEvent,
+    LearnerEvent,
+    PolicySpec,
+    PPOHyper,
+    Trajectory,
+    parse_event,
+)
+from store import encode
+from store.errors import CorruptBlob
+
+
+def test_defaults_and_schema_strings() -> None:
+    ev = parse_event(ActorEvent, {"run_id": "r", "env_id": "CartPole-v1"})
+    assert (ev.n_envs, ev.steps, ev.policy_version, ev.schema_) == (8, 256, "latest",
+                                                                     "stellaris.actor/1")
+    assert ev.to_event()["schema"] == "stellaris.actor/1"
+    assert parse_event(ActorEvent, ev.to_event()) == ev  # wire form round-trips
+    assert parse_event(ActorEvent, json.dumps(ev.to_event())) == ev
+    le = parse_event(LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"]})
+    assert le.schema_ == "stellaris.learner/1" and le.hyper == PPOHyper()
+    assert le.hyper.is_correction == "truncate" and le.hyper.num_minibatches == 32
+    ee = parse_event(EvaluatorEvent, {"run_id": "r", "schema": "stellaris.evaluator/1"})
+    assert ee.episodes == 5
+    assert PolicySpec().hidden_sizes == [64, 64] and PolicySpec().activation == "tanh"
+
+
+def test_invocation_id_from_context_or_fresh() -> None:
+    class Ctx:
+        aws_request_id = "req-123"
+
+    assert parse_event(ActorEvent, {"run_id": "r", "env_id": "E"}, Ctx()).invocation_id == "req-123"
+    a = parse_event(ActorEvent, {"run_id": "r", "env_id": "E"}).invocation_id
+    b = parse_event(ActorEvent, {"run_id": "r", "env_id": "E"}).invocation_id
+    assert a and b and a != b
+
+
+@pytest.mark.parametrize(
+    ("cls", "event", "field"),
+    [
+        (ActorEvent, {"run_id": "r"}, "env_id"),
+        (ActorEvent, {"run_id": "r", "env_id": "E", "n_envs": 0}, "n_envs"),
+        (ActorEvent, {"run_id": "r", "env_id": "E", "policy_version": "newest"}, "policy_version"),
+        (ActorEvent, {"run_id": "r", "env_id": "E", "obs": [[1.0]]}, "obs"),
+        (ActorEvent, {"run_id": "bad id!", "env_id": "E"}, "run_id"),
+        (ActorEvent, {"run_id": "r", "env_id": "E", "schema": "stellaris.actor/2"}, "schema"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": []}, "trajectory_ids"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"], "mode": "train"}, "mode"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"], "mode": "update"},
+         "target_version"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"],
+                        "hyper": {"is_correction": "clip"}}, "hyper.is_correction"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"], "hyper": {"rho_bar": 0.5}},
+         "hyper.rho_bar"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"], "hyper": {"lr": 1.0}},
+         "hyper.lr"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"], "obs_stats": {"mean": 0}},
+         "obs_stats"),
+        (LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"], "device": "tpu"}, "device"),
+        (EvaluatorEvent, {"run_id": "r", "episodes": 0}, "episodes"),
+    ],
+)
+def test_bad_events_name_the_field(cls, event, field) -> None:
+    with pytest.raises(InvalidEvent, match=field.replace(".", r"\.")):
+        parse_event(cls, event)
+
+
+def test_non_object_events() -> None:
+    with pytest.raises(InvalidEvent, match="JSON object"):
+        parse_event(ActorEvent, [1, 2])
+    with pytest.raises(InvalidEvent, match="not valid JSON"):
+        parse_event(ActorEvent, "{nope")
+    assert issubclass(InvalidEvent, ValueError)
+
+
+def _traj() -> Trajectory:
+    rng = np.random.default_rng(0)
+    T, N, D = 5, 2, 3
+    return Trajectory(
+        obs=rng.normal(size=(T, N, D)).astype(np.float32),
+        actions=rng.integers(0, 2, size=(T, N)),
+        logprobs=rng.normal(size=(T, N)).astype(np.float32),
+        values=rng.normal(size=(T, N)).astype(np.float32),
+        next_values=rng.normal(size=(T, N)).astype(np.float32),
+        rewards=rng.normal(size=(T, N)).astype(np.float32),
+        terminated=rng.random((T, N)) < 0.2,
+        truncated=rng.random((T, N)) < 0.2,
+        next_obs=rng.normal(size=(N, D)).astype(np.float32),
+        final_obs=rng.normal(size=(1, D)).astype(np.float32),
+        final_index=np.array([3]),
+        behaviour_version=4,
+        env_id="CartPole-v1",
+        invocation_id="inv",
+        episode_returns=[1.5],
+        episode_lengths=[7],
+        obs_stats={"count": 10.0, "mean": [0.0] * 3, "var": [1.0] * 3},
+        ret_stats={"count": 10.0, "mean": 0.0, "var": 1.0},
+    )
+
+
+def test_trajectory_blob_round_trip() -> None:
+    tr = _traj()
+    back = Trajectory.from_blob(tr.to_blob())
+    for name in ("obs", "actions", "logprobs", "values", "next_values", "rewards", "terminated",
+                 "truncated", "next_obs", "final_obs", "final_index"):
+        a, b = getattr(tr, name), getattr(back, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert back.meta() == tr.meta() and back.steps == 5 and back.n_envs == 2
+
+
+def test_gradient_blob_round_trip() -> None:
+    g = Gradient(grads={"actor.0.weight": np.ones((2, 3), np.float32)}, invocation_id="i",
+                 epoch=1, minibatch=2, version_used=3, n_samples=64, behaviour_versions=[1, 2])
+    back = Gradient.from_blob(g.to_blob())
+    assert back.meta() == g.meta() and back.dedupe_id == "i:1:2"
+    assert np.array_equal(back.grads["actor.0.weight"], g.grads["actor.0.weight"])
+
+
+def test_corrupt_or_wrong_blobs() -> None:
+    blob = _traj().to_blob()
+    with pytest.raises(CorruptBlob):
+        Trajectory.from_blob(blob[:50])
+    with pytest.raises(CorruptBlob, match="not a trajectory"):
+        Trajectory.from_blob(encode({"x": np.zeros(1)}, {"kind": "gradient"}))
+    with pytest.raises(CorruptBlob, match="not a gradient"):
+        Gradient.from_blob(blob)
+    with pytest.raises(CorruptBlob, match="lacks arrays"):
+        Trajectory.from_blob(encode({"obs": np.zeros((1, 1, 1))}, {"kind": "trajectory"}))
+    with pytest.raises(CorruptBlob, match="incomplete"):
+        Gradient.from_blob(encode({"x": np.zeros(1)}, {"kind": "gradient"}))
