@@ -1,0 +1,26 @@
+"""Helpers shared by the runtime tests (a module name no other test folder uses)."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import boto3
+from botocore.config import Config
+
+ROLE = "arn:aws:iam::123456789012:role/lambda-role"
+NO_RETRY = Config(retries={"max_attempts": 0, "mode": "standard"}, read_timeout=60,
+                  connect_timeout=5, max_pool_connections=32)
+
+
+def make_zip(files: dict[str, str | bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return buf.getvalue()
+
+
+def lambda_client(endpoint: str, key: str = "test", secret: str = "test") -> object:
+    return boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id=key, aws_secret_access_key=secret, config=NO_RETRY)
