@@ -6,6 +6,7 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 from botocore.exceptions import ClientError
@@ -25,7 +26,7 @@ TRACKED = {"app.py": (
 
 
 def _max_overlap(out_dir) -> int:
-    spans = [json.load(open(os.path.join(out_dir, f))) for f in os.listdir(out_dir) if f.endswith(".json")]
+    spans = [json.loads(p.read_text()) for p in Path(out_dir).glob("*.json")]
     edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
     cur = best = 0
     for _, d in edges:
