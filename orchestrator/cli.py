@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.cli import main as runtime_main
 
         return runtime_main(argv[1:])
-    if argv[:1] in (["deploy"], ["destroy"], ["up"]):
+    if argv[:1] in (["deploy"], ["destroy"], ["up"], ["redis"]):
         from deploy.cli import main as deploy_main
 
         return deploy_main(argv)
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("deploy", help="deploy the functions: stellaris deploy --help")
     sub.add_parser("destroy", help="remove what deploy created")
     sub.add_parser("up", help="the docker-compose topology as local processes")
+    sub.add_parser("redis", help="redis-server for the compose topology: stellaris redis serve --help")
     args = parser.parse_args(argv)
     handlers = {"train": cmd_train, "evaluate": cmd_evaluate, "plot": cmd_plot}
     return handlers[args.command](args)
