@@ -1,0 +1,43 @@
+"""Cost arithmetic: Lambda billing at 1 ms, GB-s, requests, GPU seconds, always-on parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.cost import CostMeter, PriceTable, lambda_cost
+
+
+def test_lambda_cost_rounds_up_to_the_millisecond() -> None:
+    p = PriceTable()
+    billed, usd = lambda_cost(3.01, 1024, p)
+    assert billed == 4
+    assert usd == pytest.approx(0.004 * 0.0000166667 + 0.2e-6)
+    billed, usd = lambda_cost(1000.0, 1769, p)
+    assert billed == 1000
+    assert usd == pytest.approx(1769 / 1024 * 1.0 * 0.0000166667 + 0.2e-6)
+    assert lambda_cost(0.0, 128, p)[0] == 1
+
+
+def test_meter_components_and_fixed_costs() -> None:
+    meter = CostMeter(PriceTable(orchestrator_hour_usd=3.6, redis_hour_usd=0.36))
+    meter.invocation("actor", 999.2, 2048)
+    meter.invocation("actor", 0.5, 2048)
+    meter.invocation("learner", 2000.0, 1024, gpu=True)
+    rep = meter.report(wall_s=10.0)
+    actor = rep["functions"]["actor"]
+    assert actor["invocations"] == 2 and actor["billed_ms"] == 1001
+    assert actor["gb_seconds"] == pytest.approx(2.0 * 1.001)
+    assert rep["functions"]["learner"]["usd"] == pytest.approx(2.0 * 1.006 / 3600)
+    assert rep["fixed"] == {"orchestrator": pytest.approx(0.01), "redis": pytest.approx(0.001)}
+    assert rep["total_usd"] == pytest.approx(
+        actor["usd"] + rep["functions"]["learner"]["usd"] + 0.011)
+
+
+def test_serverful_pays_the_whole_wall_time() -> None:
+    meter = CostMeter(PriceTable(serverful_hour_usd=0.085), serverless=False)
+    assert meter.total(3600.0) == pytest.approx(0.085)
+
+
+def test_price_overrides() -> None:
+    p = PriceTable.from_overrides({"lambda_gb_second_usd": 1.0})
+    assert p.lambda_gb_second_usd == 1.0 and p.lambda_request_usd == pytest.approx(0.2e-6)
