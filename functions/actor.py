@@ -100,10 +100,17 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent) -> Trajectory:
     # (t, env) of done steps whose next value is V(final obs), filled after the loop.
     pending_final: list[tuple[int, int, np.ndarray]] = []
 
+    # Normalisation constants of the behaviour version, hoisted out of the loop.
+    if spec.obs_norm:
+        mean, inv_std = pol.obs_rms.mean, 1.0 / np.sqrt(pol.obs_rms.var + 1e-8)
+        lo, hi = -spec.obs_clip, spec.obs_clip
     cur = wenv.obs
     for t in range(steps):
         raw_obs[t] = cur
-        obs[t] = normalize_obs(cur, pol.obs_rms, spec)
+        if spec.obs_norm:
+            obs[t] = np.minimum(np.maximum((cur - mean) * inv_std, lo), hi)
+        else:
+            obs[t] = cur
         action, logp, value = model.sample(torch.from_numpy(obs[t]), generator=gen)
         actions.append(action)
         logprobs[t], values[t] = logp.numpy(), value.numpy()
@@ -117,7 +124,7 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent) -> Trajectory:
         disc_returns[t] = wenv.disc_return
         scaled = rew * reward_scale
         if spec.reward_scaling:
-            scaled = np.clip(scaled, -spec.reward_clip, spec.reward_clip)
+            scaled = np.minimum(np.maximum(scaled, -spec.reward_clip), spec.reward_clip)
         rewards[t] = scaled
         wenv.ep_return += rew
         wenv.ep_length += 1

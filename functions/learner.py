@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,6 +238,42 @@ def _loss(model: ActorCritic, b: Flat, idx: torch.Tensor, hyper: PPOHyper):
         clip_vloss=hyper.clip_vloss, is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
 
 
+class _GradientWriter:
+    """Streams gradients to Redis from one background thread, in order.
+
+    Sending a ~40 KB blob is socket time that releases the GIL, so it overlaps with the next
+    minibatch's forward/backward instead of adding to it. At most ``max_pending`` gradients
+    wait (bounded memory); a failed write surfaces at the next submit or at ``close``.
+    """
+
+    def __init__(self, rs: RunStore, max_pending: int = 8) -> None:
+        self.rs = rs
+        self.max_pending = max_pending
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="stellaris-grad-writer")
+        self.pending: deque[Future[str | None]] = deque()
+        self.written = self.duplicates = 0
+
+    def _write(self, grad: Gradient) -> str | None:
+        return self.rs.grads.append(grad.meta(), grad.to_blob(), dedupe_id=grad.dedupe_id)
+
+    def _collect(self, keep: int) -> None:
+        while len(self.pending) > keep or (self.pending and self.pending[0].done()):
+            if self.pending.popleft().result() is None:
+                self.duplicates += 1
+            else:
+                self.written += 1
+
+    def submit(self, grad: Gradient) -> None:
+        self._collect(self.max_pending - 1)
+        self.pending.append(self.pool.submit(self._write, grad))
+
+    def close(self) -> None:
+        try:
+            self._collect(0)
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 class _Stats:
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
@@ -308,51 +346,50 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     batch = build_batch(model, groups, hyper, others)
     ev_explained = _explained_variance(batch)
     stats = _Stats()
-    written = duplicates = 0
     versions_used: list[int] = []
-    write_s = 0.0
     params = list(model.parameters())
     names = [n for n, _ in model.named_parameters()]
-    for epoch in range(hyper.update_epochs):
-        for mb, idx in enumerate(_minibatches(len(batch), hyper, gen)):
-            latest = rs.params.latest_version()  # the one cheap read per minibatch
-            if latest is not None and latest != pol.version:
-                pol, cached = POLICIES.get(rs, "latest", device)
-                if pol.model is not model:  # rebuilt (new shape): new parameter objects
-                    model = pol.model
-                    params = list(model.parameters())
-                    names = [n for n, _ in model.named_parameters()]
-                if not cached and hyper.is_correction == "vtrace":
-                    batch = build_batch(model, groups, hyper, others)
-            if not versions_used or versions_used[-1] != pol.version:
-                versions_used.append(pol.version)
-            model.zero_grad(set_to_none=True)
-            loss, mb_stats = _loss(model, batch, idx, hyper)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, hyper.max_grad_norm)
-            stats.add(mb_stats)
-            tw = time.perf_counter()
-            grad = Gradient(
-                grads={n: p.grad.detach().cpu().numpy() if p.grad is not None
-                       else np.zeros(tuple(p.shape), np.float32)
-                       for n, p in zip(names, params, strict=True)},
-                invocation_id=ev.invocation_id,
-                epoch=epoch,
-                minibatch=mb,
-                version_used=pol.version,
-                n_samples=int(idx.numel()),
-                behaviour_versions=sorted(set(batch.behaviour_version[idx].tolist())),
-            )
-            if rs.grads.append(grad.meta(), grad.to_blob(), dedupe_id=grad.dedupe_id) is None:
-                duplicates += 1
-            else:
-                written += 1
-            write_s += time.perf_counter() - tw
+    writer = _GradientWriter(rs)
+    try:
+        for epoch in range(hyper.update_epochs):
+            for mb, idx in enumerate(_minibatches(len(batch), hyper, gen)):
+                latest = rs.params.latest_version()  # the one cheap read per minibatch
+                if latest is not None and latest != pol.version:
+                    pol, cached = POLICIES.get(rs, "latest", device)
+                    if pol.model is not model:  # rebuilt (new shape): new parameter objects
+                        model = pol.model
+                        params = list(model.parameters())
+                        names = [n for n, _ in model.named_parameters()]
+                    if not cached and hyper.is_correction == "vtrace":
+                        batch = build_batch(model, groups, hyper, others)
+                if not versions_used or versions_used[-1] != pol.version:
+                    versions_used.append(pol.version)
+                model.zero_grad(set_to_none=True)
+                loss, mb_stats = _loss(model, batch, idx, hyper)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, hyper.max_grad_norm)
+                stats.add(mb_stats)
+                writer.submit(Gradient(
+                    # copies: the writer thread serialises them while the next backward runs
+                    grads={n: p.grad.detach().cpu().numpy().copy() if p.grad is not None
+                           else np.zeros(tuple(p.shape), np.float32)
+                           for n, p in zip(names, params, strict=True)},
+                    invocation_id=ev.invocation_id,
+                    epoch=epoch,
+                    minibatch=mb,
+                    version_used=pol.version,
+                    n_samples=int(idx.numel()),
+                    behaviour_versions=sorted(set(batch.behaviour_version[idx].tolist())),
+                ))
+        tw = time.perf_counter()
+    finally:
+        writer.close()
     model.zero_grad(set_to_none=True)
     out: dict[str, Any] = stats.result()
     out["losses/explained_variance"] = ev_explained
-    out.update({"gradients": written, "duplicates": duplicates,
-                "versions_used": sorted(set(versions_used)), "_write_s": write_s})
+    out.update({"gradients": writer.written, "duplicates": writer.duplicates,
+                "versions_used": sorted(set(versions_used)),
+                "_write_s": time.perf_counter() - tw})
     return out
 
 
