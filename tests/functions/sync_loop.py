@@ -11,7 +11,7 @@ from typing import Any
 from functions import actor, evaluator, learner
 from functions.messages import PolicySpec
 from functions.normalizer import merge_stats
-from functions.policy import init_policy, policy_meta
+from functions.policy import build_policy, init_policy, load_policy_tensors, policy_meta
 from store import RunStore
 
 
@@ -36,6 +36,10 @@ def run_sync(
     rs.params.publish(0, tensors, policy_meta(model))
     common = {"run_id": rs.run_id, "redis_url": redis_url}
     history: list[dict[str, Any]] = []
+    if eval_every:  # the untrained policy, for "did it improve" checks
+        ev0 = evaluator.handler({**common, "policy_version": 0, "episodes": eval_episodes,
+                                 "seed": 10_000})
+        history.append({"version": 0, "train_return": None, "eval_return": ev0["mean_return"]})
     for v in range(rounds):
         outs = [
             actor.handler({**common, "env_id": env_id, "n_envs": n_envs, "steps": steps,
@@ -44,8 +48,6 @@ def run_sync(
             for a in range(n_actors)
         ]
         latest = rs.params.get(v)
-        from functions.policy import build_policy, load_policy_tensors
-
         obs_rms, ret_rms = load_policy_tensors(build_policy(latest.meta), latest.tensors)
         obs_rms = merge_stats(obs_rms, [o["obs_stats"] for o in outs])
         ret_rms = merge_stats(ret_rms, [o["ret_stats"] for o in outs])
