@@ -187,7 +187,8 @@ def build_batch(
             parts["values"].append(_flat(values))
             parts["advantages"].append(_flat(adv))
             parts["returns"].append(_flat(returns))
-            parts["behaviour_version"].append(_flat(ro.behaviour_version))
+            # on the CPU: read per minibatch for the gradient's metadata, no device sync
+            parts["behaviour_version"].append(_flat(ro.behaviour_version).cpu())
             parts["logratio_others"].append(
                 torch.stack([_flat(x) for x in other_lr], dim=-1) if other_lr
                 else ro.obs.new_zeros((t_len * n, 0)))
@@ -268,24 +269,30 @@ class _GradientWriter:
         self.pending.append(self.pool.submit(self._write, grad))
 
     def close(self) -> None:
+        """Wait for every write; raises the first write error."""
         try:
             self._collect(0)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
+    def abort(self) -> None:
+        """The invocation failed: stop without masking its error by a write error."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
 
 class _Stats:
     def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
+        self.sums: dict[str, Any] = {}
         self.n = 0
 
     def add(self, stats: dict[str, torch.Tensor]) -> None:
+        # Sum as tensors: a float() per stat per minibatch would sync a GPU eight times.
         for k, v in stats.items():
-            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+            self.sums[k] = self.sums.get(k, 0.0) + v.detach()
         self.n += 1
 
     def result(self) -> dict[str, float]:
-        return {f"losses/{k}": v / max(self.n, 1) for k, v in self.sums.items()}
+        return {f"losses/{k}": float(v) / max(self.n, 1) for k, v in self.sums.items()}
 
 
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
@@ -381,9 +388,11 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     n_samples=int(idx.numel()),
                     behaviour_versions=sorted(set(batch.behaviour_version[idx].tolist())),
                 ))
-        tw = time.perf_counter()
-    finally:
-        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    tw = time.perf_counter()
+    writer.close()
     model.zero_grad(set_to_none=True)
     out: dict[str, Any] = stats.result()
     out["losses/explained_variance"] = ev_explained

@@ -317,3 +317,44 @@ def test_evaluator_is_deterministic(run_store, redis_url):
     assert a["returns"] == b["returns"] and a["lengths"] == [50, 50]
     assert a["version"] == 0 and a["mean_return"] == pytest.approx(np.mean(a["returns"]))
     assert a["std_return"] == pytest.approx(np.std(a["returns"]))
+
+
+def test_reward_scaling_follows_cleanrl_normalize_reward(run_store, redis_url):
+    ret_rms = RunningMeanStd(())
+    ret_rms.merge(500, 3.0, 9.0)
+    publish_init(run_store, "CartPole-v1", ret_rms=ret_rms)
+    out = actor.handler(ev(run_store, redis_url, env_id="CartPole-v1", n_envs=3, steps=100,
+                           gamma=0.9))
+    tr = Trajectory.from_blob(run_store.traj.get([out["trajectory_id"]])[0].blob)
+    np.testing.assert_allclose(tr.rewards, 1.0 / np.sqrt(9.0 + 1e-8), rtol=1e-6)  # CartPole: r=1
+    # the discounted return per env (reset after each episode) is what the stats describe
+    done = tr.terminated | tr.truncated
+    g = np.zeros(3)
+    seen = []
+    for t_ in range(100):
+        g = g * 0.9 + 1.0
+        seen.append(g.copy())
+        g[done[t_]] = 0.0
+    seen = np.concatenate(seen)
+    assert out["ret_stats"]["count"] == 300
+    assert out["ret_stats"]["mean"] == pytest.approx(seen.mean())
+    assert out["ret_stats"]["var"] == pytest.approx(seen.var())
+
+
+def test_a_failed_gradient_write_fails_the_invocation(run_store, redis_url, monkeypatch):
+    from store import StoreUnavailable, Stream
+
+    publish_init(run_store, "CartPole-v1")
+    ids = sample(run_store, redis_url)
+    orig, calls = Stream.append, {"n": 0}
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise StoreUnavailable("redis://x", ConnectionError("boom"))
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(Stream, "append", flaky)
+    with pytest.raises(StoreUnavailable, match="boom"):
+        learner.handler(ev(run_store, redis_url, trajectory_ids=ids,
+                           hyper={"update_epochs": 2, "num_minibatches": 4}))
