@@ -7,6 +7,11 @@ by ``invocation:epoch:minibatch`` so a retried invocation cannot double-apply.
 
 ``update`` mode (sync baseline): the same loop applying Adam steps locally, starting from the
 latest version and the Adam state kept in the store; then publish ``target_version``.
+
+Timings: ``fetch_s`` (trajectories, weights, the in-flight versions), ``compute_s``,
+``write_s`` (gradient mode: only the part of the streaming not overlapped with compute, since
+a background thread sends each gradient while the next one is computed; update mode: publish
+and optimizer-state save), ``total_s``.
 """
 
 from __future__ import annotations
