@@ -66,13 +66,20 @@ class AsyncTrainer(Trainer):
             while not self.done():
                 if self._agg_error is not None:
                     raise RuntimeError(f"aggregator failed: {self._agg_error}") from self._agg_error
+                store_ok = self.store_guard()
                 backlog = sum(t.steps for t in pending)
                 want = self.scaler.target(len(actors), backlog, len(learners))
-                # Backpressure: no new rollouts while learners already have enough to chew on.
-                while len(actors) < want and backlog < cfg.learner_batch_steps * (cfg.learners + 1):
+                # Backpressure: no new rollouts while learners already have enough to chew on,
+                # and none while the store is down (they would only fail).
+                while store_ok and len(actors) < want and backlog < cfg.learner_batch_steps * (cfg.learners + 1):
                     actors[self.invoker.submit("actor", self.actor_event())] = 0
-                self._dispatch_learners(learners, pending)
+                if store_ok:
+                    self._dispatch_learners(learners, pending)
                 futures = list(actors) + list(learners)
+                if not futures:
+                    time.sleep(0.5)  # store down, nothing in flight: wait for the next check
+                    self.periodic(self._extra(0, 0))
+                    continue
                 done, _ = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
                 for fut in done:
                     if fut in actors:
@@ -142,6 +149,9 @@ class AsyncTrainer(Trainer):
             self.counters.learner_gave_up += 1
             self._release(job)
 
+    def on_store_recovered(self) -> None:
+        self.rs.grads.ensure_group(GROUP, start_id="0")
+
     def _release(self, job: _Learner) -> None:
         try:
             self.rs.traj.delete([t.traj_id for t in job.trajs])
@@ -177,8 +187,9 @@ class AsyncTrainer(Trainer):
             try:
                 entries = self.rs.grads.read(GROUP, "orchestrator", count=64, block_ms=100)
             except StoreError as exc:
+                self.counters.store_errors += 1
                 self.counters.last_errors.append(f"grads read: {exc}")
-                time.sleep(0.5)
+                self._stop.wait(0.5)
                 continue
             except BaseException as exc:  # noqa: BLE001 - surfaced to the dispatcher
                 self._agg_error = exc
@@ -188,6 +199,9 @@ class AsyncTrainer(Trainer):
                     self._offer(e.id, e.blob)
                     self._apply_while_ready()
                 self._apply_while_ready()
+            except StoreError as exc:
+                self.counters.store_errors += 1
+                self.counters.last_errors.append(f"aggregator: {exc}")
             except BaseException as exc:  # noqa: BLE001 - surfaced to the dispatcher
                 self._agg_error = exc
                 return
@@ -210,8 +224,14 @@ class AsyncTrainer(Trainer):
                 v_now = self.master.version
                 out = agg.take(v_now, reason)
                 self.master.apply(out.grads)
-                self.master.publish(self.rs)
                 self.counters.grads_applied += len(out.dedupe_ids)
                 self.counters.grad_staleness.extend(out.staleness)
             self.log_applied(out.dedupe_ids, v_now + 1)
-            self.rs.grads.ack(GROUP, out.entry_ids)
+            try:
+                with self.lock:
+                    self.master.publish(self.rs)
+                self.rs.grads.ack(GROUP, out.entry_ids)
+            except StoreError as exc:
+                # Applied in the master already; the store guard republishes when Redis is back.
+                self.counters.store_errors += 1
+                self.counters.last_errors.append(f"publish v{v_now + 1}: {exc}")

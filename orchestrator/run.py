@@ -47,7 +47,7 @@ def open_store(cfg: TrainConfig) -> Store:
         raise PreflightError(str(exc)) from None
     except (ValueError, FileNotFoundError) as exc:
         raise PreflightError(str(exc)) from None
-    store.retry_seconds = 30.0  # during the run, ride out short outages
+    store.retry_seconds = 5.0  # during the run, ride out short outages; longer ones -> guard
     return store
 
 
@@ -56,14 +56,15 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
     if cfg.backend == "inline":
         from orchestrator.invokers.inline import InlineInvoker
 
-        return InlineInvoker(max_workers=in_flight, timeout_s=cfg.function_timeout_s)
+        return InlineInvoker(max_workers=in_flight, timeout_s=cfg.function_timeout_s,
+                             fault_prob=cfg.fault_kill_prob)
     if cfg.backend == "local":
         from orchestrator.invokers.local import LocalRuntimeInvoker
 
         return LocalRuntimeInvoker(
             cfg.function_prefix, cfg.actor_memory_mb, cfg.learner_memory_mb, cfg.function_timeout_s,
             in_flight, environment={"REDIS_URL": function_redis_url}, zygote=cfg.runtime_zygote,
-            log_file=str(run_dir / "runtime.log"),
+            log_file=str(run_dir / "runtime.log"), fault_prob=cfg.fault_kill_prob,
         )
     if cfg.backend == "lambda":
         from deploy.functions import HANDLERS

@@ -22,7 +22,7 @@ from orchestrator.cost import CostMeter
 from orchestrator.invokers.base import InvocationResult, Invoker
 from orchestrator.master import MasterPolicy
 from orchestrator.metrics import MetricsLog, Progress
-from store import RunStore
+from store import RunStore, StoreError
 
 
 @dataclass
@@ -32,6 +32,8 @@ class Counters:
     failures: dict[str, int] = field(default_factory=lambda: {"actor": 0, "learner": 0, "evaluator": 0})
     retries: dict[str, int] = field(default_factory=lambda: {"actor": 0, "learner": 0, "evaluator": 0})
     learner_gave_up: int = 0
+    redis_recoveries: int = 0
+    store_errors: int = 0
     grads_applied: int = 0
     traj_staleness: list[int] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
@@ -66,6 +68,9 @@ class Trainer:
         self._last_log_steps = 0
         self._applied_log = open(self.run_dir / "applied_gradients.log", "a")  # noqa: SIM115
         self._seq = 0
+        self._store_down = False
+        self._next_guard = 0.0
+        self._guard_backoff = 1.0
 
     # -- clock and budget -------------------------------------------------------------------
     def wall(self) -> float:
@@ -217,6 +222,43 @@ class Trainer:
             self.checkpoint()
         self.maybe_evaluate()
 
+    # -- Redis outages ------------------------------------------------------------------------
+    def store_guard(self, force: bool = False) -> bool:
+        """Is the store usable? Republishes the master when Redis lost it (restart, failover).
+
+        Called about once a second by the loops. While Redis is down the loops stop
+        dispatching (every invocation would fail) and retry here with backoff; when it is back
+        and its ``latest`` is missing or behind the master, the master's current version is
+        republished, so training continues from where it was — nothing applied is lost.
+        """
+        now = time.monotonic()
+        if not force and now < self._next_guard:
+            return not self._store_down
+        try:
+            latest = self.rs.params.latest_version()
+            with self.lock:
+                behind = latest is None or latest < self.master.version
+                if behind:
+                    self.master.publish(self.rs, allow_rewind=True)
+                    self.on_store_recovered()
+                    self.counters.redis_recoveries += 1
+                    self.counters.last_errors.append(
+                        f"store lost version {self.master.version} (latest {latest}): republished")
+            self._store_down = False
+            self._guard_backoff = 1.0
+            self._next_guard = now + 1.0
+        except StoreError as exc:
+            if not self._store_down:
+                self.counters.last_errors.append(f"store unavailable: {exc}")
+            self.counters.store_errors += 1
+            self._store_down = True
+            self._next_guard = now + self._guard_backoff
+            self._guard_backoff = min(10.0, self._guard_backoff * 2)
+        return not self._store_down
+
+    def on_store_recovered(self) -> None:
+        """Hook: re-create what a restarted Redis forgot (consumer groups, optimizer state)."""
+
     # -- resume -------------------------------------------------------------------------------
     def resume_or_init(self) -> bool:
         """Load the run folder's checkpoint (resume) or publish version 0; True if resumed."""
@@ -257,6 +299,7 @@ class Trainer:
             "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),
             "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
             "learner_gave_up": c.learner_gave_up, "grads_applied": c.grads_applied,
+            "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "cost": self.cost.report(wall), "backend_billing": self.invoker.billing(),
             "last_errors": list(c.last_errors),

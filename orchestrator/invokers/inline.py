@@ -29,14 +29,21 @@ class InlineContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
-def call_handler(function: str, event: dict[str, Any], timeout_s: float = 900, memory_mb: int = 1769) -> InvocationResult:
+def call_handler(function: str, event: dict[str, Any], timeout_s: float = 900, memory_mb: int = 1769,
+                 fault_prob: float = 0.0) -> InvocationResult:
     """Import ``functions.<function>`` and run its handler, turning exceptions into results."""
     if function not in FUNCTIONS:
         raise ValueError(f"unknown function {function!r}; expected one of {FUNCTIONS}")
     t0 = time.perf_counter()
     try:
         module = importlib.import_module(f"functions.{function}")
-        payload = module.handler(event, InlineContext(function, timeout_s, memory_mb))
+        context = InlineContext(function, timeout_s, memory_mb)
+        if fault_prob > 0 and function != "evaluator":
+            from functions.faults import run_with_faults
+
+            payload = run_with_faults(module.handler, event, context, fault_prob, in_process=True)
+        else:
+            payload = module.handler(event, context)
         return InvocationResult(function, True, payload, duration_ms=(time.perf_counter() - t0) * 1e3)
     except Exception as exc:  # noqa: BLE001 - a function error is a result, as on Lambda
         return InvocationResult(
@@ -48,12 +55,13 @@ def call_handler(function: str, event: dict[str, Any], timeout_s: float = 900, m
 class InlineInvoker(Invoker):
     name = "inline"
 
-    def __init__(self, max_workers: int, timeout_s: float = 900) -> None:
+    def __init__(self, max_workers: int, timeout_s: float = 900, fault_prob: float = 0.0) -> None:
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="inline-fn")
         self.timeout_s = timeout_s
+        self.fault_prob = fault_prob
 
     def submit(self, function: str, event: dict[str, Any]) -> Future[InvocationResult]:
-        return self.pool.submit(call_handler, function, event, self.timeout_s)
+        return self.pool.submit(call_handler, function, event, self.timeout_s, 1769, self.fault_prob)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

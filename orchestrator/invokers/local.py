@@ -3,6 +3,7 @@ invoke them over HTTP — exactly the calls that would go to AWS Lambda."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from deploy.functions import deploy_zip, function_specs
@@ -23,10 +24,20 @@ class LocalRuntimeInvoker(LambdaInvoker):
         environment: dict[str, str] | None = None,
         zygote: bool = True,
         log_file: str | None = None,
+        fault_prob: float = 0.0,
     ) -> None:
         from runtime.launcher import LocalRuntime  # the runtime is only needed for this backend
 
         self.specs = function_specs(prefix, actor_memory_mb, learner_memory_mb, timeout_s, environment)
+        if fault_prob > 0:  # reliability drills: deploy the fault-injecting wrappers instead
+            from functions.faults import PROB_ENV
+
+            self.specs = [
+                replace(s, handler=f"functions.faults.{s.logical}",
+                        environment={**s.environment, PROB_ENV: str(fault_prob)})
+                if s.logical != "evaluator" else s
+                for s in self.specs
+            ]
         self.runtime = LocalRuntime(
             zygote=zygote, account_concurrency=max(10, max_in_flight * 2), log_file=log_file
         )

@@ -1,0 +1,84 @@
+"""Reliability drills through a training run: killed functions, Redis restarted mid-run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from orchestrator.config import load_config
+from orchestrator.run import train
+from store import EmbeddedRedis, RunStore, Store
+
+SMALL = {
+    "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
+    "learner_batch_steps": 512, "eval_interval_s": 0, "progress": "none",
+    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_aggregations": 4,
+    "function_timeout_s": 60, "max_retries": 5,
+}
+
+
+def _applied_ids(run_dir: Path) -> list[str]:
+    return (run_dir / "applied_gradients.log").read_text().split()[1::2]
+
+
+def test_twenty_percent_of_functions_killed(tmp_path: Path, redis_url: str) -> None:
+    """Real worker processes die (os._exit) in 20% of actor and learner invocations."""
+    run_dir = tmp_path / "faults"
+    cfg = load_config(None, {**SMALL, "backend": "local", "run_dir": str(run_dir),
+                             "redis_url": redis_url, "total_steps": 12288, "fault_kill_prob": 0.2})
+    summary = train(cfg)
+    assert summary["env_steps"] >= 12288
+    failures = summary["failures"]["actor"] + summary["failures"]["learner"]
+    assert failures > 0, "with 20% kills over ~40 invocations, some must have failed"
+    # Every failure counted: the runtime saw exactly as many errors as we booked.
+    billing = summary["backend_billing"]["functions"]
+    runtime_errors = billing["stellaris-actor"]["errors"] + billing["stellaris-learner"]["errors"]
+    assert runtime_errors == failures
+    assert any("ExitError" in e for e in summary["last_errors"])
+    # Never applied twice, even though killed learners were retried with the same id.
+    ids = _applied_ids(run_dir)
+    assert len(ids) == len(set(ids)) == summary["grads_applied"] > 0
+
+
+def test_injected_faults_inline(tmp_path: Path, redis_url: str) -> None:
+    run_dir = tmp_path / "inline-faults"
+    cfg = load_config(None, {**SMALL, "backend": "inline", "run_dir": str(run_dir),
+                             "redis_url": redis_url, "total_steps": 8192, "fault_kill_prob": 0.3})
+    summary = train(cfg)
+    assert summary["failures"]["actor"] + summary["failures"]["learner"] > 0
+    ids = _applied_ids(run_dir)
+    assert len(ids) == len(set(ids))
+
+
+def test_redis_restart_mid_run(tmp_path: Path) -> None:
+    """Kill the real redis-server mid-run and start it again, empty, on the same port."""
+    server = EmbeddedRedis().start()
+    run_dir = tmp_path / "redis-restart"
+    cfg = load_config(None, {**SMALL, "backend": "inline", "run_dir": str(run_dir),
+                             "redis_url": server.url, "minutes": 0.5})
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(train(cfg)))
+    t.start()
+    rs = RunStore(Store(server.url, retry_seconds=0.5), "redis-restart")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if (rs.params.latest_version() or 0) > 20:
+                break
+        except Exception:  # noqa: BLE001 - polling
+            pass
+        time.sleep(0.2)
+    version_before = rs.params.latest_version()
+    server.kill()
+    time.sleep(3.0)
+    server.start()
+    t.join(timeout=180)
+    server.close()
+    assert not t.is_alive(), "the run must not block forever"
+    assert result, "train() raised instead of riding out the outage"
+    assert result["redis_recoveries"] >= 1
+    # Training continued from the master's version, not from zero.
+    assert result["version"] > (version_before or 0)
+    ids = _applied_ids(run_dir)
+    assert len(ids) == len(set(ids))
