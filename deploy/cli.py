@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from deploy.functions import HANDLERS, LOCAL_ROLE, function_specs
 from deploy.plan import (
     AwsSettings,
@@ -248,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ClientError as exc:  # an AWS error the planner did not expect: still one line
+        err = exc.response.get("Error", {})
+        print(f"error: {exc.operation_name}: {err.get('Code', '')}: {err.get('Message', exc)}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     print(f"error: unknown command {command!r} (deploy, destroy, up, redis)", file=sys.stderr)
