@@ -1,0 +1,91 @@
+"""Helpers to run `stellaris` commands as processes (the compose services, `stellaris up`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def stellaris_argv(command: list[str]) -> list[str]:
+    """``["stellaris", ...]`` -> the installed console script (or ``python -m orchestrator.cli``)."""
+    assert command[0] == "stellaris", command
+    script = Path(sys.executable).with_name("stellaris")
+    head = [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator.cli"]
+    return head + command[1:]
+
+
+def process_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STELLARIS_")}
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(extra or {})
+    return env
+
+
+def start(argv: list[str], env: dict[str, str], cwd: Path | None = None,
+          capture: bool = True) -> subprocess.Popen[str]:
+    """Start in its own session so that stop() can signal the whole group."""
+    return subprocess.Popen(argv, env=env, cwd=cwd, text=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
+    """Lines of ``proc``'s stdout up to the one containing ``marker`` (blocking reads)."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    out: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no {marker!r} after {timeout} s; output so far:\n{''.join(out)}")
+            if not sel.select(timeout=left):
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"process exited ({proc.poll()}) before {marker!r}:\n{''.join(out)}")
+            out.append(line)
+            if marker in line:
+                return "".join(out)
+    finally:
+        sel.close()
+
+
+def wait_healthy(check: list[str], env: dict[str, str], proc: subprocess.Popen[str],
+                 timeout: float = 90.0) -> None:
+    """Run a health-check command until it exits 0 (every 0.5 s), like Docker does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"service exited with {proc.returncode} before it was healthy"
+        r = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30)
+        if r.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{check} still failing after {timeout} s: {r.stdout}{r.stderr}")
+        time.sleep(0.5)
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+    """Signal the process (it cleans up its children), then kill its group if it lingers."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return proc.returncode
