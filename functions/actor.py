@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from functions.envs import warm_env
+from functions.envs import drop_warm_env, warm_env
 from functions.messages import ActorEvent, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
 from functions.policy import normalize_obs
@@ -44,7 +44,12 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
             f"{pol.model.action_space}); env {ev.env_id!r} has obs_dim {wenv.info.obs_dim}, "
             f"actions {wenv.info.action_space}"
         )
-    traj = rollout(wenv, pol, ev)
+    try:
+        traj = rollout(wenv, pol, ev)
+    except BaseException:
+        # The env moved on but its bookkeeping did not: never reuse it half-stepped.
+        drop_warm_env(ev.run_id, ev.env_id, ev.n_envs)
+        raise
     t_sample = time.perf_counter()
 
     traj_id = rs.traj.append(traj.meta(), traj.to_blob())

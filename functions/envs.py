@@ -9,6 +9,7 @@ their final observation.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -133,8 +134,16 @@ class WarmEnv:
         self.envs.close()
 
 
-_WARM: OrderedDict[tuple[str, str, int], WarmEnv] = OrderedDict()
 _WARM_MAX = 2
+_LOCAL = threading.local()
+
+
+def _warm() -> OrderedDict[tuple[str, str, int], WarmEnv]:
+    """This thread's warm envs: concurrent in-process invocations never share an env."""
+    cache = getattr(_LOCAL, "envs", None)
+    if cache is None:
+        cache = _LOCAL.envs = OrderedDict()
+    return cache
 
 
 def warm_env(run_id: str, env_id: str, n_envs: int, seed: int) -> tuple[WarmEnv, bool]:
@@ -144,19 +153,20 @@ def warm_env(run_id: str, env_id: str, n_envs: int, seed: int) -> tuple[WarmEnv,
     turn; another run never inherits this run's episode state.
     """
     key = (run_id, env_id, n_envs)
-    env = _WARM.get(key)
+    cache = _warm()
+    env = cache.get(key)
     if env is not None:
-        _WARM.move_to_end(key)
+        cache.move_to_end(key)
         return env, True
     env = WarmEnv(env_id, n_envs, seed)
-    _WARM[key] = env
-    while len(_WARM) > _WARM_MAX:
-        _, old = _WARM.popitem(last=False)
+    cache[key] = env
+    while len(cache) > _WARM_MAX:
+        _, old = cache.popitem(last=False)
         old.close()
     return env, False
 
 
 def drop_warm_env(run_id: str, env_id: str, n_envs: int) -> None:
-    env = _WARM.pop((run_id, env_id, n_envs), None)
+    env = _warm().pop((run_id, env_id, n_envs), None)
     if env is not None:
         env.close()

@@ -3,10 +3,16 @@
 Module-level and keyed by (Redis URL, run id), so a worker that serves several runs in turn
 never mixes them up; small LRUs keep memory bounded. Nothing here is needed for
 correctness: a cold process rebuilds everything from the store.
+
+Policies (and, in :mod:`functions.envs`, vector envs) are cached *per thread*: an in-process
+invoker runs handlers concurrently on a thread pool, and two invocations must never share a
+module whose weights one of them is reloading (or an env both are stepping). Each pool thread
+then behaves like one Lambda execution environment, warm across its invocations.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,22 +25,27 @@ from store import PolicySnapshot, RunStore, Store, resolve_url
 
 _STORES: dict[str, Store] = {}
 _RUN_STORES: OrderedDict[tuple[str, str], RunStore] = OrderedDict()
+_STORES_LOCK = threading.Lock()
 
 
 def run_store(redis_url: str | None, run_id: str) -> RunStore:
-    """The (cached) :class:`RunStore` of a run; ``None`` URL -> ``$REDIS_URL``."""
+    """The (cached) :class:`RunStore` of a run; ``None`` URL -> ``$REDIS_URL``.
+
+    Shared by all threads: a :class:`Store` is a thread-safe connection pool.
+    """
     url = resolve_url(redis_url)
     key = (url, run_id)
-    rs = _RUN_STORES.get(key)
-    if rs is None:
-        if url not in _STORES:
-            _STORES[url] = Store(url)
-        rs = _RUN_STORES[key] = RunStore(_STORES[url], run_id)
-        while len(_RUN_STORES) > 8:
-            _RUN_STORES.popitem(last=False)
-    else:
-        _RUN_STORES.move_to_end(key)
-    return rs
+    with _STORES_LOCK:
+        rs = _RUN_STORES.get(key)
+        if rs is None:
+            if url not in _STORES:
+                _STORES[url] = Store(url)
+            rs = _RUN_STORES[key] = RunStore(_STORES[url], run_id)
+            while len(_RUN_STORES) > 8:
+                _RUN_STORES.popitem(last=False)
+        else:
+            _RUN_STORES.move_to_end(key)
+        return rs
 
 
 def set_threads() -> None:
@@ -62,7 +73,15 @@ class PolicyCache:
 
     def __init__(self, max_runs: int = 2) -> None:
         self.max_runs = max_runs
-        self._entries: OrderedDict[tuple[str, str], CachedPolicy] = OrderedDict()
+        self._local = threading.local()
+
+    @property
+    def _entries(self) -> OrderedDict[tuple[str, str], CachedPolicy]:
+        """This thread's entries (see the module docstring)."""
+        entries = getattr(self._local, "entries", None)
+        if entries is None:
+            entries = self._local.entries = OrderedDict()
+        return entries
 
     def _key(self, rs: RunStore) -> tuple[str, str]:
         return (rs.store.url, rs.run_id)
