@@ -66,7 +66,8 @@ class SyncTrainer(Trainer):
         event = LearnerEvent(
             run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
             invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=ids, versions_in_flight=[v],
-            hyper=self.cfg.hyper, target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
+            # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
+            hyper=self.cfg.hyper.model_copy(update={"is_correction": "none"}), target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
             device=self.cfg.device, seed=self.next_seed(),
         ).to_event()
         for attempt in range(self.cfg.max_retries + 1):
