@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -13,9 +14,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import FileResponse, JSONResponse, Response
 
 from runtime import codezip
+from runtime import openapi as oa
 from runtime.concurrency import Throttled
 from runtime.core import Runtime, Settings
 from runtime.errors import (
@@ -24,7 +27,10 @@ from runtime.errors import (
     LambdaAPIError,
     RequestEntityTooLargeException,
     ResourceNotFoundException,
+    ServiceException,
     TooManyRequestsException,
+    UnknownOperationException,
+    ValidationException,
 )
 from runtime.invoke import log_tail, run_once
 from runtime.sigv4 import SigV4Middleware
@@ -32,6 +38,28 @@ from runtime.sigv4 import SigV4Middleware
 MAX_SYNC_REQUEST = 6_291_456  # 6 MB, RequestResponse
 MAX_ASYNC_REQUEST = 1_048_576  # 1 MB, Event (since Oct 2025)
 F = "/2015-03-31/functions"
+log = logging.getLogger("runtime.api")
+
+
+def _validation_error(value: Any, member: str, constraint: str) -> ValidationException:
+    return ValidationException(f"1 validation error detected: Value '{value}' at '{member}' "
+                               f"failed to satisfy constraint: {constraint}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"Non-standard token '{name}'")
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """Strict JSON (no NaN/Infinity, as AWS's parser); ``ValueError`` on anything else.
+
+    A deeply nested document makes ``json.loads`` raise ``RecursionError``: that is bad
+    input too, never a server error.
+    """
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
@@ -39,7 +67,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        body = json.loads(raw)
+        body = parse_json(raw)
     except ValueError as exc:
         raise InvalidRequestContentException(f"Could not parse request body into json: {exc}") from exc
     if not isinstance(body, dict):
@@ -58,7 +86,8 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await rt.close()
 
-    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(lifespan=lifespan, title="Stellaris local Lambda runtime", docs_url=None, redoc_url=None,
+                  openapi_url="/stellaris/v1/openapi.json", responses=oa.ERRORS)
     app.state.runtime = rt
     if settings.auth == "sigv4":
         app.add_middleware(SigV4Middleware, credentials=settings.credentials)
@@ -67,6 +96,22 @@ def create_app(settings: Settings) -> FastAPI:
     async def _aws_error(request: Request, exc: LambdaAPIError) -> Response:
         return exc.to_response()
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # Routing misses (unknown path 404, wrong method 405) in AWS's error shape too.
+        if exc.status_code in (404, 405):
+            return UnknownOperationException("Unknown operation", Path=request.url.path,
+                                             Method=request.method).to_response()
+        err = LambdaAPIError(str(exc.detail))
+        err.status, err.code = exc.status_code, "ServiceException" if exc.status_code >= 500 else "ValidationException"
+        return err.to_response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        # A bug, not bad input: still answer in AWS's shape (botocore can parse it) and log it.
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return ServiceException(f"Internal error: {type(exc).__name__}").to_response()
+
     def ok(doc: Any, status: int = 200) -> JSONResponse:
         return JSONResponse(doc, status_code=status)
 
@@ -74,18 +119,27 @@ def create_app(settings: Settings) -> FastAPI:
         return rt.registry.entries[name].config.describe(settings.region, **kw)
 
     # -- control plane -------------------------------------------------------------------
-    @app.post(F)
+    @app.post(F, openapi_extra=oa.CREATE_FUNCTION)
     async def create_function(request: Request) -> Response:
         entry = await rt.registry.create(await _json_body(request))
         # AWS answers Pending/Creating and turns Active moments later; here it is already
         # Active for every later read, so waiters and eager invokers both work.
         return ok(entry.config.describe(settings.region, state="Pending"), 201)
 
-    @app.get(F)
-    @app.get(F + "/")
+    @app.get(F, openapi_extra=oa.LIST_FUNCTIONS)
+    @app.get(F + "/", include_in_schema=False)
     async def list_functions(request: Request) -> Response:
         q = request.query_params
-        max_items = int(q["MaxItems"]) if q.get("MaxItems") else None
+        max_items = None
+        if q.get("MaxItems"):
+            try:
+                max_items = int(q["MaxItems"])
+            except ValueError:
+                max_items = 0
+            if not 1 <= max_items <= 10000:
+                raise _validation_error(q["MaxItems"], "maxItems",
+                                        "Member must have value less than or equal to 10000 "
+                                        "and greater than or equal to 1")
         page, marker = rt.registry.list(q.get("Marker"), max_items)
         doc: dict[str, Any] = {"Functions": []}
         for e in page:
@@ -97,7 +151,7 @@ def create_app(settings: Settings) -> FastAPI:
             doc["NextMarker"] = marker
         return ok(doc)
 
-    @app.get(F + "/{name}")
+    @app.get(F + "/{name}", openapi_extra=oa.WITH_QUALIFIER)
     async def get_function(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name, request.query_params.get("Qualifier"))
         fname = entry.config.name
@@ -110,36 +164,36 @@ def create_app(settings: Settings) -> FastAPI:
             doc["Concurrency"] = {"ReservedConcurrentExecutions": entry.reserved_concurrency}
         return ok(doc)
 
-    @app.get(F + "/{name}/configuration")
+    @app.get(F + "/{name}/configuration", openapi_extra=oa.WITH_QUALIFIER)
     async def get_configuration(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name, request.query_params.get("Qualifier"))
         return ok(describe(entry.config.name))
 
-    @app.put(F + "/{name}/code")
+    @app.put(F + "/{name}/code", openapi_extra=oa.UPDATE_CODE)
     async def update_code(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name)
         config = await rt.registry.update_code(entry, await _json_body(request))
         rt.pool.drain_function(config.name)  # warm environments of the old code never run again
         return ok(config.describe(settings.region, update="InProgress"))
 
-    @app.put(F + "/{name}/configuration")
+    @app.put(F + "/{name}/configuration", openapi_extra=oa.UPDATE_CONFIGURATION)
     async def update_configuration(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name)
         config = rt.registry.update_config(entry, await _json_body(request))
         rt.pool.drain_function(config.name)
         return ok(config.describe(settings.region, update="InProgress"))
 
-    @app.delete(F + "/{name}")
+    @app.delete(F + "/{name}", openapi_extra=oa.WITH_QUALIFIER)
     async def delete_function(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name, request.query_params.get("Qualifier"))
         await rt.delete_function(entry.config.name)
         return Response(status_code=204)
 
-    @app.put("/2017-10-31/functions/{name}/concurrency")
+    @app.put("/2017-10-31/functions/{name}/concurrency", openapi_extra=oa.PUT_CONCURRENCY)
     async def put_concurrency(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name)
         n = (await _json_body(request)).get("ReservedConcurrentExecutions")
-        if not isinstance(n, int) or n < 0:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise InvalidParameterValueException("ReservedConcurrentExecutions must be a non-negative integer.")
         others = rt.concurrency.reserved_total(exclude=entry.config.name)
         if settings.account_concurrency - others - n < settings.min_unreserved:
@@ -172,16 +226,16 @@ def create_app(settings: Settings) -> FastAPI:
                 "MaximumEventAgeInSeconds": entry.max_event_age_s,
                 "DestinationConfig": {"OnSuccess": {}, "OnFailure": {}}}
 
-    @app.put("/2019-09-25/functions/{name}/event-invoke-config")
-    @app.post("/2019-09-25/functions/{name}/event-invoke-config")
+    @app.put("/2019-09-25/functions/{name}/event-invoke-config", openapi_extra=oa.EVENT_INVOKE_CONFIG)
+    @app.post("/2019-09-25/functions/{name}/event-invoke-config", include_in_schema=False)
     async def put_event_config(name: str, request: Request) -> Response:
         entry = rt.registry.resolve(name)
         body = await _json_body(request)
         retries = body.get("MaximumRetryAttempts", 2)
         age = body.get("MaximumEventAgeInSeconds", 21600)
-        if not (isinstance(retries, int) and 0 <= retries <= 2):
+        if not (type(retries) is int and 0 <= retries <= 2):
             raise InvalidParameterValueException("MaximumRetryAttempts must be between 0 and 2.")
-        if not (isinstance(age, int) and 60 <= age <= 21600):
+        if not (type(age) is int and 60 <= age <= 21600):
             raise InvalidParameterValueException("MaximumEventAgeInSeconds must be between 60 and 21600.")
         entry.max_retry_attempts, entry.max_event_age_s = retries, age
         return ok(_event_config(entry))
@@ -191,7 +245,7 @@ def create_app(settings: Settings) -> FastAPI:
         return ok(_event_config(rt.registry.resolve(name)))
 
     @app.get("/2016-08-19/account-settings")
-    @app.get("/2016-08-19/account-settings/")
+    @app.get("/2016-08-19/account-settings/", include_in_schema=False)
     async def account_settings() -> Response:
         entries = rt.registry.entries.values()
         return ok({
@@ -206,7 +260,7 @@ def create_app(settings: Settings) -> FastAPI:
         })
 
     # -- data plane ----------------------------------------------------------------------
-    @app.post(F + "/{name}/invocations")
+    @app.post(F + "/{name}/invocations", openapi_extra=oa.INVOKE)
     async def invoke(name: str, request: Request) -> Response:
         h = request.headers
         entry = rt.registry.resolve(name, request.query_params.get("Qualifier"))
@@ -224,7 +278,7 @@ def create_app(settings: Settings) -> FastAPI:
         if not raw.strip():
             raw = b"{}"  # an empty request reaches the handler as {}
         try:
-            json.loads(raw)
+            parse_json(raw)
         except ValueError as exc:
             raise InvalidRequestContentException(
                 f"Could not parse request body into json: Could not parse payload into json: {exc}") from exc
@@ -238,7 +292,7 @@ def create_app(settings: Settings) -> FastAPI:
         client_context = None
         if h.get("x-amz-client-context"):
             try:
-                client_context = json.loads(base64.b64decode(h["x-amz-client-context"]))
+                client_context = parse_json(base64.b64decode(h["x-amz-client-context"], validate=True))
             except (ValueError, binascii.Error) as exc:
                 raise InvalidRequestContentException("Client context must be a valid Base64-encoded JSON object.") from exc
         try:
@@ -281,12 +335,14 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/stellaris/v1/functions/{name}/event-failures")
     async def event_failures(name: str) -> Response:
+        rt.registry.check_name(name)
         stats = rt.events.stats.get(name, {})
         return ok({"FunctionName": name, "Failures": rt.events.failures.get(name, []),
                    "Stats": dict(stats), "Pending": rt.events.pending(name)})
 
     @app.get("/stellaris/v1/functions/{name}/logs")
     async def recent_logs(name: str) -> Response:
+        rt.registry.check_name(name)
         return ok({"FunctionName": name, "Logs": list(rt.recent_logs.get(name, []))})
 
     @app.get("/stellaris/v1/functions/{name}/code.zip")

@@ -50,6 +50,8 @@ TooManyRequestsException = _error("TooManyRequestsException", 429)
 PreconditionFailedException = _error("PreconditionFailedException", 412)
 UnsupportedMediaTypeException = _error("UnsupportedMediaTypeException", 415)
 ServiceException = _error("ServiceException", 500)
+# A path or method the API does not have (what AWS answers for an unknown route).
+UnknownOperationException = _error("UnknownOperationException", 404)
 # Authentication failures (SigV4), all 403 as on AWS.
 InvalidSignatureException = _error("InvalidSignatureException", 403)
 UnrecognizedClientException = _error("UnrecognizedClientException", 403)

@@ -124,7 +124,7 @@ class EventQueue:
         del failures[:-MAX_FAILURES_KEPT]
 
     def pending(self, function: str) -> int:
-        s = self.stats[function]
+        s = self.stats.get(function) or Counter()  # a read must not add a key per name asked
         return s["queued"] + s["running"] + s["waiting_retry"]
 
     def close(self) -> None:

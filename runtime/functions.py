@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import re
@@ -44,6 +45,37 @@ _ARN_RE = re.compile(
     r"([a-zA-Z0-9_-]+)(?::(\$LATEST|[a-zA-Z0-9_-]+))?$"
 )
 ENV_VARS_MAX_BYTES = 4096
+# JSON types of the request members we read (botocore checks these client-side; a raw HTTP
+# client may send anything, and a wrong type must be a 400, never a server error).
+_MEMBER_TYPES: dict[str, tuple[type, ...]] = {
+    "FunctionName": (str,), "Runtime": (str,), "Role": (str,), "Handler": (str,),
+    "Description": (str,), "Timeout": (int,), "MemorySize": (int,), "Environment": (dict,),
+    "Code": (dict,), "ZipFile": (str,), "Architectures": (list,), "PackageType": (str,),
+    "RevisionId": (str,), "Publish": (bool,), "DryRun": (bool,),
+}
+_ARCHITECTURES = ("x86_64", "arm64")
+
+
+def check_member_types(body: dict[str, Any], members: tuple[str, ...] | None = None) -> None:
+    """400 ValidationException for a member of the wrong JSON type (``bool`` is not an int)."""
+    for key in members or tuple(_MEMBER_TYPES):
+        if key not in body or body[key] is None:
+            continue
+        value, types = body[key], _MEMBER_TYPES[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise _validation(value, key[:1].lower() + key[1:],
+                              f"Member must be of type {types[0].__name__}")
+    env = body.get("Environment")
+    if isinstance(env, dict) and env.get("Variables") is not None:
+        variables = env["Variables"]
+        if not isinstance(variables, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
+            raise InvalidParameterValueException("Environment variables must be strings.")
+    arch = body.get("Architectures")
+    if arch is not None and (len(arch) != 1 or arch[0] not in _ARCHITECTURES):
+        raise _validation(arch, "architectures",
+                          "Member must have length less than or equal to 1, "
+                          "Member must satisfy enum value set: [x86_64, arm64]")
 
 
 def _now() -> str:
@@ -140,6 +172,13 @@ class Registry:
         base = f"arn:aws:lambda:{self.region}:{self.account_id}:function:{name}"
         return f"{base}:{qualifier}" if qualifier else base
 
+    @staticmethod
+    def check_name(name: str) -> None:
+        """400 for anything that cannot be a function name (queries of extras routes)."""
+        if not _NAME_RE.match(name):
+            raise _validation(name, "functionName",
+                              "Member must satisfy regular expression pattern: [a-zA-Z0-9-_]{1,64}")
+
     def resolve(self, function_name: str, qualifier: str | None = None) -> FunctionEntry:
         """Find a function by name, ``name:qualifier``, partial or full ARN."""
         match = _ARN_RE.match(function_name)
@@ -159,6 +198,7 @@ class Registry:
     # -- validation ----------------------------------------------------------------------
     @staticmethod
     def _check_settings(body: dict[str, Any], creating: bool) -> None:
+        check_member_types(body)
         runtime = body.get("Runtime")
         if runtime is not None or creating:
             if runtime in DEPRECATED_RUNTIMES:
@@ -208,7 +248,7 @@ class Registry:
                 )
 
     async def _store_code(self, name: str, code: dict[str, Any]) -> tuple[Path, Path, str, int]:
-        if not isinstance(code, dict) or "ZipFile" not in code:
+        if not isinstance(code, dict) or not isinstance(code.get("ZipFile"), str):
             raise InvalidParameterValueException(
                 "Please provide a source for function code (ZipFile). S3 and image code "
                 "locations are not supported by the local runtime."
@@ -220,7 +260,13 @@ class Registry:
         revision = uuid.uuid4().hex[:12]
         code_dir = self.root / name / revision
         # Unzipping can take a while for big packages: keep it off the event loop.
-        await asyncio.to_thread(codezip.unpack, zip_bytes, code_dir)
+        try:
+            await asyncio.to_thread(codezip.unpack, zip_bytes, code_dir)
+        except BaseException:
+            # A rejected archive leaves nothing behind: not even the function's (empty) folder.
+            with contextlib.suppress(OSError):
+                (self.root / name).rmdir()
+            raise
         zip_path = self.root / name / f"{revision}.zip"
         zip_path.write_bytes(zip_bytes)
         sha = base64.b64encode(hashlib.sha256(zip_bytes).digest()).decode()
@@ -262,6 +308,7 @@ class Registry:
             )
 
     async def update_code(self, entry: FunctionEntry, body: dict[str, Any]) -> FunctionConfig:
+        check_member_types(body, ("ZipFile", "RevisionId", "Publish", "DryRun", "Architectures"))
         self._check_revision(entry, body)
         name = entry.config.name
         code_dir, zip_path, sha, size = await self._store_code(name, body)
