@@ -1,0 +1,81 @@
+"""`--backend ray`: a tiny async run on a local Ray, and a tiny sync run on a Ray cluster
+(`ray start --head` as a process) reached by address, whose workers get our code through
+runtime_env py_modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from procs import process_env, read_until, start, stop
+
+ray = pytest.importorskip("ray")
+
+from orchestrator.cli import main as stellaris  # noqa: E402
+from orchestrator.invokers.ray_ import code_runtime_env, learner_gpus  # noqa: E402
+
+
+def tiny(mode: str, run_dir: Path, redis_url: str, *extra: str) -> list[str]:
+    return ["train", "--backend", "ray", "--mode", mode, "--env", "CartPole-v1",
+            "--total-steps", "4096", "--actors", "2", "--progress", "none", "--eval-interval-s", "0",
+            "--redis-url", redis_url, "--run-dir", str(run_dir), *extra]
+
+
+def test_runtime_env_ships_our_packages() -> None:
+    env = code_runtime_env({"X": "1"})
+    names = sorted(Path(p).name for p in env["py_modules"])
+    assert names == ["functions", "orchestrator", "store"]
+    assert all((Path(p) / "__init__.py").exists() for p in env["py_modules"])
+    assert "__pycache__" in env["excludes"] and env["env_vars"]["X"] == "1"
+    assert learner_gpus({"CPU": 8}) == 0 and learner_gpus({"CPU": 8, "GPU": 2.0}) == 1
+
+
+@pytest.mark.timeout(120)
+def test_local_ray_async(redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = stellaris(tiny("async", tmp_path / "run", redis_url))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert not ray.is_initialized()  # the invoker's own local Ray is shut down
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["env_steps"] >= 4096 and summary["version"] > 0
+
+
+@pytest.mark.timeout(150)
+def test_ray_cluster_by_address_sync(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Token auth is Ray's default for new clusters; this throwaway loopback cluster opts out
+    # (docs/DEPLOY.md shows how to pass the token to a real one).
+    env = process_env({"RAY_AUTH_MODE": "disabled"})
+    temp = tempfile.mkdtemp(prefix="stray-", dir="/tmp")  # Ray's socket paths must stay short
+    head = start(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                  "--num-cpus=4", "--num-gpus=0", "--include-dashboard=false",
+                  f"--temp-dir={temp}", "--block"], env, cwd=tmp_path)
+    try:
+        read_until(head, "will now block", timeout=90)
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+        # the driver runs elsewhere: workers must get functions/store/orchestrator shipped
+        monkeypatch.chdir(tmp_path)
+        rc = stellaris(tiny("sync", tmp_path / "run", redis_url, "--ray-address", f"127.0.0.1:{port}"))
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["env_steps"] >= 4096
+        assert not ray.is_initialized()  # the driver disconnected; the cluster keeps running
+        assert head.poll() is None
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        stop(head, timeout=15)
+        shutil.rmtree(temp, ignore_errors=True)
+    leftovers = subprocess.run(["pgrep", "-g", str(head.pid)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", "ray head left processes behind"
+    assert os.environ.get("RAY_AUTH_MODE") == "disabled"
