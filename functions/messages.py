@@ -173,6 +173,18 @@ def parse_event(cls: type[E], event: Any, context: Any = None) -> E:
 # -- tensor payloads ----------------------------------------------------------------------------
 _TRAJ_ARRAYS = ("obs", "actions", "logprobs", "values", "next_values", "rewards",
                 "terminated", "truncated", "next_obs", "final_obs", "final_index")
+# numpy dtype kinds each array may have: a blob whose tensors decode but carry the wrong
+# type (ints where floats belong, a relabelled header) is corrupt, never silently cast.
+_TRAJ_KINDS = {"obs": "f", "actions": "fiu", "logprobs": "f", "values": "f", "next_values": "f",
+               "rewards": "f", "terminated": "biu", "truncated": "biu", "next_obs": "f",
+               "final_obs": "f", "final_index": "iu"}
+
+
+def _check_kinds(what: str, arrays: dict[str, np.ndarray], kinds: dict[str, str]) -> None:
+    for name, ok in kinds.items():
+        if name in arrays and arrays[name].dtype.kind not in ok:
+            raise CorruptBlob(f"{what} array {name!r} has dtype {arrays[name].dtype}, expected "
+                              f"{'a float' if ok == 'f' else 'a numeric'} dtype")
 
 
 @dataclass
@@ -244,6 +256,7 @@ class Trajectory:
         missing = [n for n in _TRAJ_ARRAYS if n not in arrays]
         if missing:
             raise CorruptBlob(f"trajectory blob lacks arrays {missing}")
+        _check_kinds("trajectory", arrays, _TRAJ_KINDS)
         arrays["terminated"] = arrays["terminated"].astype(bool)
         arrays["truncated"] = arrays["truncated"].astype(bool)
         t, n = arrays["obs"].shape[:2]
@@ -298,6 +311,7 @@ class Gradient:
         arrays, meta = decode(blob)
         if meta.get("kind") != "gradient":
             raise CorruptBlob(f"blob is not a gradient (kind={meta.get('kind')!r})")
+        _check_kinds("gradient", arrays, dict.fromkeys(arrays, "f"))
         try:
             return cls(
                 grads=arrays,

@@ -191,6 +191,9 @@ def load_policy_tensors(
     with torch.no_grad():
         for name, p in params.items():
             value = np.asarray(tensors[name])
+            if value.dtype.kind != "f":
+                raise CorruptBlob(f"policy tensor {name!r} has dtype {value.dtype}, expected a "
+                                  "float dtype")
             if tuple(value.shape) != tuple(p.shape):
                 raise CorruptBlob(
                     f"policy tensor {name!r} has shape {value.shape}, module expects "
