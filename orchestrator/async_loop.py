@@ -55,6 +55,7 @@ class AsyncTrainer(Trainer):
         ))
         self.scaler = ActorScaler(cfg)
         self._stop = threading.Event()
+        self._to_ack: list[str] = []
         self._agg_error: BaseException | None = None
         agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
         agg_thread.start()
@@ -90,6 +91,7 @@ class AsyncTrainer(Trainer):
                 self.periodic(self._extra(len(actors), len(learners)))
         finally:
             self._shutdown(actors, learners, agg_thread)
+        self._publish_if_moved()
         self.checkpoint()
         self.finish_evaluation(timeout=30)
         row = self.log_row(self._extra(0, 0))
@@ -123,14 +125,15 @@ class AsyncTrainer(Trainer):
                 batch.append(pending.popleft())
             with self.lock:
                 v_now = self.master.version
+                v_pub = self.master.published_version
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
-            in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_now})[-4:]
+            in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]
             event = LearnerEvent(
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
             ).to_event()
-            learners[self.invoker.submit("learner", event)] = _Learner(event, batch, v_now)
+            learners[self.invoker.submit("learner", event)] = _Learner(event, batch, v_pub)
 
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:
@@ -199,6 +202,7 @@ class AsyncTrainer(Trainer):
                     self._offer(e.id, e.blob)
                     self._apply_while_ready()
                 self._apply_while_ready()
+                self._publish_if_moved()
             except StoreError as exc:
                 self.counters.store_errors += 1
                 self.counters.last_errors.append(f"aggregator: {exc}")
@@ -227,11 +231,23 @@ class AsyncTrainer(Trainer):
                 self.counters.grads_applied += len(out.dedupe_ids)
                 self.counters.grad_staleness.extend(out.staleness)
             self.log_applied(out.dedupe_ids, v_now + 1)
-            try:
-                with self.lock:
+            self._to_ack.extend(out.entry_ids)
+
+    def _publish_if_moved(self) -> None:
+        """Publish the newest version once per batch of gradients read from the stream.
+
+        While the aggregator keeps up this is once per aggregation (the paper's rule); when a
+        burst of gradients is waiting it applies them all, one Adam step each (versions still
+        count aggregations), and publishes only the last: readers only ever want the latest.
+        """
+        try:
+            with self.lock:
+                if self.master.published_version != self.master.version:
                     self.master.publish(self.rs)
-                self.rs.grads.ack(GROUP, out.entry_ids)
-            except StoreError as exc:
-                # Applied in the master already; the store guard republishes when Redis is back.
-                self.counters.store_errors += 1
-                self.counters.last_errors.append(f"publish v{v_now + 1}: {exc}")
+            if self._to_ack:
+                self.rs.grads.ack(GROUP, self._to_ack)
+                self._to_ack.clear()
+        except StoreError as exc:
+            # Applied in the master already; the store guard republishes when Redis is back.
+            self.counters.store_errors += 1
+            self.counters.last_errors.append(f"publish v{self.master.version}: {exc}")

@@ -29,6 +29,7 @@ class MasterPolicy:
         self.obs_rms = RunningMeanStd((self.model.obs_dim,))
         self.ret_rms = RunningMeanStd(())
         self.version = 0
+        self.published_version = -1  # the newest version the store has from us
         self._params = dict(self.model.named_parameters())
         self.meta = policy_meta(self.model)
 
@@ -58,12 +59,13 @@ class MasterPolicy:
 
     def publish(self, rs: RunStore, allow_rewind: bool = False) -> None:
         rs.params.publish(self.version, self.tensors(), self.meta, allow_rewind=allow_rewind)
+        self.published_version = self.version
 
     def adopt_latest(self, rs: RunStore) -> None:
         """Take the store's latest version as the master (sync mode: the learner publishes)."""
         snap = rs.params.latest()
         self.obs_rms, self.ret_rms = load_policy_tensors(self.model, snap.tensors)
-        self.version = snap.version
+        self.version = self.published_version = snap.version
         state = rs.get_state(OPTIMIZER_STATE)
         if state is not None:
             self._load_adam({f"{_OPT_PREFIX}{k}": v for k, v in state[0].items()})

@@ -237,7 +237,7 @@ class Trainer:
         try:
             latest = self.rs.params.latest_version()
             with self.lock:
-                behind = latest is None or latest < self.master.version
+                behind = latest is None or latest < self.master.published_version
                 if behind:
                     self.master.publish(self.rs, allow_rewind=True)
                     self.on_store_recovered()
