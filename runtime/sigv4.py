@@ -58,6 +58,8 @@ def verify(scope: dict[str, Any], body: bytes, credentials: dict[str, str],
         raise IncompleteSignatureException(
             "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' parameters.")
     akid, day, region, service, signed, signature = m.groups()
+    if service != "lambda":  # a signature made for another service is not one for Lambda
+        raise InvalidSignatureException("Credential should be scoped to correct service: 'lambda'. ")
     secret = credentials.get(akid)
     if secret is None:
         raise UnrecognizedClientException("The security token included in the request is invalid.")
