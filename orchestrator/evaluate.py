@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,14 @@ def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 12345, video_dir
     tensors, meta = found
     model = build_policy(meta["policy_meta"])
     obs_rms, _ = load_policy_tensors(model, tensors)
-    env = make_env(meta["env_id"], render_mode="rgb_array" if video_dir else None)
     if video_dir:
-        from gymnasium.wrappers import RecordVideo
-
-        env = RecordVideo(env, video_dir, episode_trigger=lambda i: True, disable_logger=True)
-    returns, lengths = [], []
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering on servers
+    env = make_env(meta["env_id"], render_mode="rgb_array" if video_dir else None)
+    returns, lengths, videos = [], [], []
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         done, total, n = False, 0.0, 0
+        frames = [_render(env)] if video_dir else []
         while not done:
             x = torch.as_tensor(normalize_obs(obs[None], obs_rms, model.spec))
             with torch.no_grad():
@@ -41,11 +41,35 @@ def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 12345, video_dir
             total += float(r)
             n += 1
             done = bool(term or trunc)
+            if video_dir:
+                frames.append(_render(env))
         returns.append(total)
         lengths.append(n)
+        if video_dir:
+            videos.append(str(_save_gif(frames, Path(video_dir) / f"episode-{ep:03d}.gif")))
     env.close()
     return {
         "run": str(run_dir), "version": int(meta["version"]), "episodes": episodes,
         "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-        "returns": returns, "lengths": lengths, "video_dir": video_dir,
+        "returns": returns, "lengths": lengths, "videos": videos,
     }
+
+
+def _render(env: Any) -> np.ndarray:
+    try:
+        frame = env.render()
+    except Exception as exc:  # noqa: BLE001 - GL backends fail in many ways
+        raise ValueError(f"rendering is not available here ({type(exc).__name__}: {exc}); "
+                         "run without --video or set MUJOCO_GL (egl, osmesa)") from None
+    if frame is None:
+        raise ValueError("this environment cannot render rgb_array frames")
+    return np.asarray(frame)
+
+
+def _save_gif(frames: list[np.ndarray], path: Path, fps: int = 30) -> Path:
+    import imageio.v3 as iio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Every 2nd frame keeps files small; GIF needs no ffmpeg.
+    iio.imwrite(path, np.stack(frames[::2]), duration=1000 * 2 / fps, loop=0)
+    return path

@@ -70,3 +70,16 @@ def test_evaluate_and_plot_commands(tmp_path: Path, redis_url: str, capsys: pyte
     assert main(["plot", str(run), str(run), "--out", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "return_vs_cost.png").stat().st_size > 1000
     assert main(["evaluate", str(tmp_path / "nope")]) == 2
+
+
+def test_evaluate_records_video(tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "pend"
+    assert main(["train", "--env", "InvertedPendulum-v5", "--backend", "inline", "--total-steps",
+                 "1024", "--run-dir", str(run), "--redis-url", redis_url, "--n-envs", "4",
+                 "--rollout-steps", "128", "--progress", "none", "--eval-interval-s", "0",
+                 "--set", "learner_batch_steps=512", "--set", "hyper.update_epochs=1"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--episodes", "1", "--video", str(tmp_path / "vid")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    gif = Path(out["videos"][0])
+    assert gif.exists() and gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
