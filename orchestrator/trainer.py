@@ -66,6 +66,7 @@ class Trainer:
         self._wall_offset = 0.0  # wall time of earlier sessions of a resumed run
         self._last_log = self._last_ckpt = self._last_eval = 0.0
         self._last_log_steps = 0
+        self._sps_window: deque[tuple[float, int]] = deque()
         self._applied_log = open(self.run_dir / "applied_gradients.log", "a")  # noqa: SIM115
         self._seq = 0
         self._store_down = False
@@ -162,8 +163,12 @@ class Trainer:
         now = self.wall()
         with self.lock:
             c = self.counters
-            dt = max(1e-9, now - self._last_log)
-            sps = (c.env_steps - self._last_log_steps) / dt if self._last_log else None
+            # Steps arrive in chunks of one actor invocation: average over a 10 s window.
+            self._sps_window.append((now, c.env_steps))
+            while len(self._sps_window) > 2 and now - self._sps_window[1][0] >= 10.0:
+                self._sps_window.popleft()
+            (t0, s0) = self._sps_window[0]
+            sps = (c.env_steps - s0) / (now - t0) if now > t0 else None
             self._last_log, self._last_log_steps = now, c.env_steps
             ts, gs = c.traj_staleness, c.grad_staleness
             row = {
