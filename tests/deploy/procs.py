@@ -39,25 +39,28 @@ def start(argv: list[str], env: dict[str, str], cwd: Path | None = None,
 
 
 def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
-    """Lines of ``proc``'s stdout up to the one containing ``marker`` (blocking reads)."""
+    """``proc``'s output up to and including the line with ``marker`` (blocking reads of the
+    raw pipe: a buffered readline could hold lines that select() no longer reports)."""
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    out: list[str] = []
+    sel.register(fd, selectors.EVENT_READ)
+    buf = b""
     deadline = time.monotonic() + timeout
     try:
         while True:
+            text = buf.decode(errors="replace")
+            if marker in text:
+                return text
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"no {marker!r} after {timeout} s; output so far:\n{''.join(out)}")
+                raise TimeoutError(f"no {marker!r} after {timeout} s; output so far:\n{text}")
             if not sel.select(timeout=left):
                 continue
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"process exited ({proc.poll()}) before {marker!r}:\n{''.join(out)}")
-            out.append(line)
-            if marker in line:
-                return "".join(out)
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError(f"process exited ({proc.poll()}) before {marker!r}:\n{text}")
+            buf += chunk
     finally:
         sel.close()
 
