@@ -33,7 +33,9 @@ def run_with_faults(
     handler: Callable[[Any, Any], Any], event: Any, context: Any, prob: float, in_process: bool,
     max_delay_s: float = 1.0, rng: random.Random | None = None,
 ) -> Any:
-    rng = rng or random.Random()
+    # Fresh entropy per invocation: environments forked from one zygote share the parent's
+    # RNG state, so a module-level generator would make their fates identical.
+    rng = rng or random.Random(os.urandom(16))
     if prob <= 0 or rng.random() >= prob:
         return handler(event, context)
     if in_process:

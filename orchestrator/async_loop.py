@@ -178,9 +178,15 @@ class AsyncTrainer(Trainer):
         outstanding = list(actors) + list(learners)
         done, _ = wait(outstanding, timeout=min(60.0, self.cfg.function_timeout_s))
         for fut in done:
-            self.record_cost(fut.result())
-            if fut in actors and fut.result().ok and fut.result().payload:
-                self.record_actor(fut.result().payload or {}, self.master.version)
+            res = fut.result()
+            self.record_cost(res)
+            if not res.ok:
+                self.record_failure(res)
+            elif fut in actors and res.payload:
+                self.record_actor(res.payload, self.master.version)
+            elif fut in learners and res.payload:
+                self.record_learner_stats(res.payload)
+                self._release(learners[fut])
         self._stop.set()
         agg_thread.join(timeout=10)
 

@@ -77,6 +77,8 @@ class SyncTrainer(Trainer):
                 self.record_learner_stats(res.payload)
                 break
             self.record_failure(res)
+            if (self.rs.params.latest_version() or 0) >= v + 1:
+                break  # it published v+1 and died before answering: the round is done
             if attempt == self.cfg.max_retries:
                 raise RuntimeError(f"learner update failed {attempt + 1} times: {res.error}")
             self.counters.retries["learner"] += 1

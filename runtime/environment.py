@@ -126,7 +126,11 @@ class ExecutionEnvironment:
             return task.result()
         task.cancel()
         if self._died in done:
-            raise self._death_error()
+            # The monitor saw the process go before the socket did: make the environment
+            # DEAD here too, or it would go back to the warm pool and fail every invocation.
+            error = self._death_error()
+            self.kill(self.kill_reason or "exited")
+            raise error
         raise TimeoutError
 
     def _death_error(self) -> WorkerExited:

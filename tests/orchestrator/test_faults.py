@@ -82,3 +82,13 @@ def test_redis_restart_mid_run(tmp_path: Path) -> None:
     assert result["version"] > (version_before or 0)
     ids = _applied_ids(run_dir)
     assert len(ids) == len(set(ids))
+
+
+def test_sync_mode_survives_killed_functions(tmp_path: Path, redis_url: str) -> None:
+    """A learner killed after publishing v+1 but before answering must not stall the round."""
+    run_dir = tmp_path / "sync-faults"
+    cfg = load_config(None, {**SMALL, "mode": "sync", "backend": "local", "run_dir": str(run_dir),
+                             "redis_url": redis_url, "total_steps": 8192, "fault_kill_prob": 0.3})
+    summary = train(cfg)
+    assert summary["env_steps"] >= 8192
+    assert summary["version"] >= 8192 // (2 * 4 * 128)
