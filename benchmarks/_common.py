@@ -1,0 +1,128 @@
+"""What the benchmark systems share: one run-folder layout, one CSV schema, one cost clock.
+
+Every system (Stellaris async, our sync PPO, RLlib PPO, the lean PPO) leaves a run folder with
+``config.json``, ``metrics.csv`` (the columns of :data:`orchestrator.metrics.CSV_COLUMNS`;
+a system fills the ones it has) and ``summary.json`` (``wall_s``, ``env_steps``, ``sps``,
+``mean_return``, ``cost.total_usd``), so reading and plotting treat them alike.
+
+``episodic_return`` is always the mean of the last 100 finished training episodes (the
+trainer's definition; RLlib's ``episode_return_mean`` uses the same 100-episode window).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cost import CostMeter, PriceTable
+from orchestrator.metrics import CSV_COLUMNS
+
+RETURN_WINDOW = 100
+
+
+def serverful_meter(prices: dict[str, float] | None = None) -> CostMeter:
+    """A serverful baseline's meter: the whole wall time at ``serverful_hour_usd``."""
+    return CostMeter(PriceTable.from_overrides(prices), serverless=False)
+
+
+class RunLog:
+    """metrics.csv + config.json + summary.json of a non-Stellaris system's run."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any],
+                 log_interval_s: float = 2.0, prices: dict[str, float] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        self._fh = open(self.run_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
+        self._csv = csv.DictWriter(self._fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        self._csv.writeheader()
+        self.meter = serverful_meter(prices)
+        self.log_interval_s = log_interval_s
+        self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
+        self.episodes = 0
+        self.env_steps = 0
+        self.version = 0
+        self.t0 = time.monotonic()
+        self._last_t = 0.0
+        self._last_steps = 0
+        self.last_row: dict[str, Any] = {}
+
+    def wall(self) -> float:
+        return time.monotonic() - self.t0
+
+    def episodes_done(self, returns: list[float], lengths: list[int] | None = None) -> None:
+        self.returns.extend(float(r) for r in returns)
+        self.lengths.extend(int(n) for n in (lengths or []))
+        self.episodes += len(returns)
+
+    def mean_return(self) -> float | None:
+        return sum(self.returns) / len(self.returns) if self.returns else None
+
+    def row(self, extra: dict[str, Any] | None = None, force: bool = False,
+            episodic_return: float | None = None) -> dict[str, Any] | None:
+        """Write a row if the log interval passed (or ``force``)."""
+        now = self.wall()
+        if not force and now - self._last_t < self.log_interval_s:
+            return None
+        dt = max(1e-9, now - self._last_t)
+        row = {
+            "wall_s": now, "env_steps": self.env_steps, "version": self.version,
+            "sps": (self.env_steps - self._last_steps) / dt,
+            "episodic_return": episodic_return if episodic_return is not None
+            else self.mean_return(),
+            "episodic_length": (sum(self.lengths) / len(self.lengths)) if self.lengths else None,
+            "episodes": self.episodes, "cost_usd": self.meter.total(now),
+            "actors_in_flight": 0, "learners_in_flight": 0,
+            **(extra or {}),
+        }
+        self._csv.writerow({k: _fmt(row.get(k)) for k in CSV_COLUMNS})
+        self._fh.flush()
+        self._last_t, self._last_steps = now, self.env_steps
+        self.last_row = row
+        return row
+
+    def close(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        wall = self.wall()
+        final = self.row(force=True)
+        summary = {
+            "run_id": self.run_dir.name, "env_steps": self.env_steps, "episodes": self.episodes,
+            "version": self.version, "wall_s": wall, "sps": self.env_steps / max(wall, 1e-9),
+            "mean_return": (final or {}).get("episodic_return"),
+            "cost": self.meter.report(wall), "final_row": final, **(extra or {}),
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        self._fh.close()
+        return summary
+
+
+def _fmt(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "" if v is None else v
+
+
+def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
+    """Rows of a run's metrics.csv that have a return: wall_s, env_steps, cost_usd, return."""
+    cols: dict[str, list[float]] = {"wall_s": [], "env_steps": [], "cost_usd": [],
+                                    "episodic_return": []}
+    path = Path(run_dir) / "metrics.csv"
+    if not path.exists():
+        return cols
+    with open(path) as fh:
+        for row in csv.DictReader(fh):
+            if not row.get("episodic_return"):
+                continue
+            for k in cols:
+                cols[k].append(float(row.get(k) or 0.0))
+    return cols
+
+
+def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(run_dir) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else {}

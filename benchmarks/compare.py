@@ -1,0 +1,497 @@
+"""Stellaris async vs our sync PPO vs RLlib 2.60 PPO vs a lean single-process PPO, side by side.
+
+One command runs every system for the same wall-clock budget and the same seeds,
+*sequentially* (never two systems at once: they would fight for the same two cores), each in
+its own process, and writes:
+
+- a run folder per (env, system, seed) under ``--out`` (default ``benchmarks/out/compare``)
+  with ``metrics.csv`` (same columns for every system), ``summary.json`` and ``bench.json``
+  (command, exit status, load average before and after);
+- PNG figures per env: return vs wall-clock, vs env steps, vs $ (mean over seeds, min-max
+  band), final-cost bars, staleness histograms of the Stellaris runs;
+- the section ``## Stellaris vs sync PPO vs RLlib vs lean PPO`` of ``benchmarks/RESULTS.md``
+  (only that section), regenerated from *every* run folder found for the env and budget, so
+  ablation runs made with the same budget add rows to it.
+
+    python benchmarks/compare.py --quick                      # Hopper-v5, 2 min, 2 seeds
+    python benchmarks/compare.py                              # 3 envs, 10 min, 3 seeds
+    python benchmarks/compare.py --quick --systems stellaris --is-correction none   # ablation
+    python benchmarks/compare.py --quick --report-only        # redraw + rewrite the section
+
+System names: ``stellaris`` (async, ``--backend``, default local runtime), ``sync`` (our
+synchronous PPO on the same functions: 2 actors x 128 steps = a 2048-step round),
+``rllib`` (:mod:`benchmarks.rllib_ppo`), ``lean`` (:mod:`benchmarks.lean_ppo`). Ablation flags
+change the Stellaris system only and tag its variant name, e.g. ``stellaris[is=none]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import read_curve, read_summary  # noqa: E402
+
+SYSTEMS = ("stellaris", "sync", "rllib", "lean")
+LABELS = {"stellaris": "Stellaris (async)", "sync": "our sync PPO", "rllib": "RLlib 2.60 PPO",
+          "lean": "lean PPO"}
+TARGETS = {"Hopper-v5": [1000, 1500, 2000], "Walker2d-v5": [1000, 2000, 3000],
+           "HalfCheetah-v5": [1000, 2000, 3000], "CartPole-v1": [100, 200, 400]}
+QUICK_TARGETS = {"Hopper-v5": [250, 500]}  # reachable in a short budget: ratios need a target
+FULL_ENVS = ["Hopper-v5", "HalfCheetah-v5", "Walker2d-v5"]
+SECTION = "## Stellaris vs sync PPO vs RLlib vs lean PPO"
+KEEP_MARKER = "<!-- compare.py keeps what follows: hand-written notes -->"
+GRACE_S = 5.0  # a run's last row may land a few seconds after its budget (shutdown)
+
+
+# -- running ---------------------------------------------------------------------------------
+def variant_tag(args: argparse.Namespace) -> str:
+    parts = []
+    if args.is_correction:
+        parts.append(f"is={args.is_correction}")
+    if args.no_staleness_weights:
+        parts.append("noweights")
+    if args.no_bound_decay:
+        parts.append("nodecay")
+    if args.actors is not None:
+        parts.append(f"a={args.actors}")
+    if args.learners is not None:
+        parts.append(f"l={args.learners}")
+    if args.buffer_max is not None:
+        parts.append(f"H={args.buffer_max}")
+    if args.backend != "local":
+        parts.append(f"backend={args.backend}")
+    return ",".join(parts)
+
+
+def variant_name(system: str, tag: str) -> str:
+    return f"{system}[{tag}]" if tag and system == "stellaris" else system
+
+
+def _dirname(variant: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]", "_", variant)
+
+
+def budget_dir(out: Path, env: str, minutes: float) -> Path:
+    return out / f"{env}-{minutes:g}min"
+
+
+def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
+            args: argparse.Namespace) -> list[str]:
+    py = sys.executable
+    if system in ("stellaris", "sync"):
+        cmd = [py, "-c", "import sys; from orchestrator.cli import main; sys.exit(main())", "train",
+               "--env", env, "--seed", str(seed), "--minutes", f"{minutes:g}",
+               "--run-dir", str(run_dir), "--restart", "--progress", "plain",
+               "--eval-interval-s", "0"]
+        if system == "sync":
+            cmd += ["--mode", "sync", "--backend", args.backend, "--actors", "2",
+                    "--rollout-steps", "128"]
+            return cmd
+        cmd += ["--mode", "async", "--backend", args.backend]
+        if args.actors is not None:
+            cmd += ["--actors", str(args.actors)]
+        if args.learners is not None:
+            cmd += ["--learners", str(args.learners)]
+        if args.is_correction:
+            cmd += ["--is-correction", args.is_correction]
+        if args.no_staleness_weights:
+            cmd.append("--no-staleness-weights")
+        if args.no_bound_decay:
+            cmd.append("--no-bound-decay")
+        if args.buffer_max is not None:
+            cmd += ["--set", f"buffer_max={args.buffer_max}"]
+        return cmd
+    script = "lean_ppo.py" if system == "lean" else "rllib_ppo.py"
+    cmd = [py, str(REPO / "benchmarks" / script), "--env", env, "--seed", str(seed),
+           "--minutes", f"{minutes:g}", "--out", str(run_dir)]
+    if system == "lean" and args.is_correction:
+        cmd += ["--is-correction", args.is_correction]
+    return cmd
+
+
+def wait_for_load(max_load: float | None, max_wait_s: float) -> float:
+    load = os.getloadavg()[0]
+    if max_load is None:
+        return load
+    deadline = time.monotonic() + max_wait_s
+    while load > max_load and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+    return load
+
+
+def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
+            args: argparse.Namespace) -> dict[str, Any]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.csv", "summary.json", "bench.json"):
+        (run_dir / stale).unlink(missing_ok=True)
+    cmd = command(system, env, seed, minutes, run_dir, args)
+    load0 = wait_for_load(args.max_load, args.max_load_wait_s)
+    t0 = time.monotonic()
+    env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    with open(run_dir / "stdout.log", "w") as fh:
+        rc = subprocess.call(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env=env_vars,
+                             timeout=minutes * 60 + 300)
+    info = {"system": system, "env": env, "seed": seed, "minutes": minutes, "cmd": cmd, "rc": rc,
+            "elapsed_s": time.monotonic() - t0, "load_before": load0,
+            "load_after": os.getloadavg()[0], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (run_dir / "bench.json").write_text(json.dumps(info, indent=2))
+    s = read_summary(run_dir)
+    ret = s.get("mean_return")
+    print(f"  {system:10s} seed {seed}: rc {rc} | {s.get('env_steps', 0):>8,} steps | "
+          f"{s.get('sps', 0):6.0f} steps/s | return {'-' if ret is None else f'{ret:7.1f}'} | "
+          f"${(s.get('cost') or {}).get('total_usd', 0):.5f} | load {load0:.2f}->"
+          f"{info['load_after']:.2f}", flush=True)
+    return info
+
+
+# -- reading -----------------------------------------------------------------------------------
+def collect(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """variant -> runs (curve, summary, bench) found under one env/budget folder."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not root.exists():
+        return out
+    for vdir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "figures"):
+        for sdir in sorted(vdir.glob("seed*")):
+            bench = json.loads((sdir / "bench.json").read_text()) if (sdir / "bench.json").exists() \
+                else {}
+            summary = read_summary(sdir)
+            if not summary:
+                continue
+            out.setdefault(bench.get("variant", vdir.name), []).append({
+                "dir": sdir, "seed": int(sdir.name[4:]), "curve": read_curve(sdir),
+                "summary": summary, "bench": bench})
+    return out
+
+
+def return_at(curve: dict[str, list[float]], t: float) -> float | None:
+    best = None
+    for w, r in zip(curve["wall_s"], curve["episodic_return"], strict=True):
+        if w <= t + GRACE_S:
+            best = r
+    return best
+
+
+def time_to(curve: dict[str, list[float]], target: float) -> tuple[float, float] | None:
+    for w, c, r in zip(curve["wall_s"], curve["cost_usd"], curve["episodic_return"], strict=True):
+        if r >= target:
+            return w, c
+    return None
+
+
+def _ms(xs: list[float], fmt: str = "{:.0f}") -> str:
+    if not xs:
+        return "-"
+    m = sum(xs) / len(xs)
+    if len(xs) == 1:
+        return fmt.format(m)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return f"{fmt.format(m)} ± {fmt.format(sd)}"
+
+
+def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float]) -> dict[str, Any]:
+    points = [p for p in (1, 2, 5, 10) if p <= minutes + 1e-9 and (p >= 2 or minutes < 5)]
+    if minutes not in points:
+        points.append(minutes)
+    out: dict[str, Any] = {"n": len(runs), "points": points}
+    out["ret_at"] = {p: [r for r in (return_at(x["curve"], p * 60) for x in runs) if r is not None]
+                     for p in points}
+    out["final"] = [x["summary"].get("mean_return") for x in runs
+                    if x["summary"].get("mean_return") is not None]
+    out["best"] = [max(x["curve"]["episodic_return"]) for x in runs if x["curve"]["episodic_return"]]
+    out["sps"] = [float(x["summary"].get("sps") or 0) for x in runs]
+    out["usd"] = [float((x["summary"].get("cost") or {}).get("total_usd") or 0) for x in runs]
+    out["wall"] = [float(x["summary"].get("wall_s") or 0) for x in runs]
+    out["load"] = [x["bench"].get("load_before") for x in runs if x["bench"].get("load_before")
+                   is not None]
+    out["to"] = {}
+    for tgt in targets:
+        hits = [time_to(x["curve"], tgt) for x in runs]
+        out["to"][tgt] = {"reached": sum(h is not None for h in hits), "n": len(runs),
+                          "t": [h[0] for h in hits if h], "usd": [h[1] for h in hits if h]}
+    return out
+
+
+def speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> tuple[
+        float | None, float | None, float | None]:
+    """(target, time ratio b/a, $ ratio a/b) on the highest target both reached in all seeds."""
+    for tgt in sorted(targets, reverse=True):
+        ta, tb = a["to"][tgt], b["to"][tgt]
+        if ta["n"] and tb["n"] and ta["reached"] == ta["n"] and tb["reached"] == tb["n"]:
+            ma, mb = sum(ta["t"]) / len(ta["t"]), sum(tb["t"]) / len(tb["t"])
+            ua, ub = sum(ta["usd"]) / len(ta["usd"]), sum(tb["usd"]) / len(tb["usd"])
+            return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12)
+    return None, None, None
+
+
+# -- figures -----------------------------------------------------------------------------------
+def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for x, xlabel in (("wall_s", "wall-clock (s)"), ("env_steps", "environment steps"),
+                      ("cost_usd", "cost (USD)")):
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for variant, runs in data.items():
+            curves = [r["curve"] for r in runs if r["curve"][x]]
+            if not curves:
+                continue
+            hi = min(max(c[x]) for c in curves)
+            grid = np.linspace(0, hi, 200)
+            ys = np.array([np.interp(grid, c[x], c["episodic_return"], left=np.nan)
+                           for c in curves])
+            with warnings.catch_warnings():  # all-NaN columns before a run's first row
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(ys, axis=0)
+                lo, hi_ = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
+            line = ax.plot(grid, mean, label=f"{LABELS.get(variant, variant)} (n={len(curves)})")
+            if len(curves) > 1:
+                ax.fill_between(grid, lo, hi_, color=line[0].get_color(), alpha=0.15)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("episodic return (mean of last 100)")
+        ax.set_title(f"{env}: return vs {xlabel.split(' (')[0]}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = fig_dir / f"{env}_return_vs_{x.split('_')[0]}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    names = list(data)
+    means = [float(np.mean([r["summary"]["cost"]["total_usd"] for r in data[v]])) for v in names]
+    errs = [float(np.std([r["summary"]["cost"]["total_usd"] for r in data[v]])) for v in names]
+    ax.bar(range(len(names)), means, yerr=errs, capsize=3)
+    ax.set_xticks(range(len(names)), [LABELS.get(v, v) for v in names], rotation=20, ha="right",
+                  fontsize=7)
+    ax.set_ylabel("cost per run (USD)")
+    ax.set_title(f"{env}: final cost per run (same budget)")
+    fig.tight_layout()
+    path = fig_dir / f"{env}_cost.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    stell = {v: runs for v, runs in data.items() if v.startswith("stellaris")}
+    if stell:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, kind in zip(axes, ("traj", "grad"), strict=True):
+            for i, (v, runs) in enumerate(stell.items()):
+                hist: dict[int, int] = {}
+                for r in runs:
+                    for k, n in (r["summary"].get("staleness_hist") or {}).get(kind, {}).items():
+                        hist[int(k)] = hist.get(int(k), 0) + int(n)
+                if not hist:
+                    continue
+                ks = sorted(hist)
+                tot = sum(hist.values())
+                w = 0.8 / len(stell)
+                ax.bar([k + i * w for k in ks], [hist[k] / tot for k in ks], width=w,
+                       label=LABELS.get(v, v))
+            ax.set_xlabel(f"staleness of {'trajectories' if kind == 'traj' else 'gradients'} "
+                          "(versions)")
+            ax.set_ylabel("fraction")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{env}: staleness (all seeds)")
+        fig.tight_layout()
+        path = fig_dir / f"{env}_staleness.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+# -- RESULTS.md ----------------------------------------------------------------------------------
+def _stale_summary(runs: list[dict[str, Any]]) -> str:
+    tot: dict[str, dict[int, int]] = {"traj": {}, "grad": {}}
+    for r in runs:
+        for kind in tot:
+            for k, n in (r["summary"].get("staleness_hist") or {}).get(kind, {}).items():
+                tot[kind][int(k)] = tot[kind].get(int(k), 0) + int(n)
+    parts = []
+    for kind, h in tot.items():
+        n = sum(h.values())
+        if n:
+            mean = sum(k * c for k, c in h.items()) / n
+            parts.append(f"{kind} mean {mean:.2f}, max {max(h)}")
+    return "; ".join(parts) or "-"
+
+
+def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
+               targets: list[float], fig_dir: Path) -> list[str]:
+    st = {v: stats(runs, minutes, targets) for v, runs in data.items()}
+    order = [s for s in SYSTEMS if s in st] + sorted(v for v in st if v not in SYSTEMS)
+    if not order:
+        return [f"### {env}, {minutes:g}-minute budget", "", "No runs found.", ""]
+    points = st[order[0]]["points"]
+    loads = [x for v in order for x in st[v]["load"]]
+    lines = [f"### {env}, {minutes:g}-minute budget", ""]
+    seeds = ", ".join(f"{LABELS.get(v, v)} {st[v]['n']}" for v in order)
+    lines.append(
+        f"Seeds per system: {seeds}. Load average "
+        f"(1 min) before each run: {min(loads):.2f}–{max(loads):.2f} (median "
+        f"{sorted(loads)[len(loads) // 2]:.2f})." if loads else "")
+    lines.append("")
+    head = ["system"] + [f"return @ {p:g} min" for p in points] + [
+        "best return", "env steps/s", "$ per run"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + " --- |" * len(head))
+    for v in order:
+        s = st[v]
+        cells = [LABELS.get(v, v)] + [_ms(s["ret_at"][p]) for p in points] + [
+            _ms(s["best"]), _ms(s["sps"]), _ms(s["usd"], "{:.5f}")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Time (s) and $ to reach a return (first logged row whose mean of the last 100 "
+                 "episodes reaches it; mean ± sd over the seeds that reached it):")
+    lines.append("")
+    head = ["system"] + [f"{t:g}: time / $" for t in targets]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + " --- |" * len(head))
+    for v in order:
+        cells = [LABELS.get(v, v)]
+        for t in targets:
+            h = st[v]["to"][t]
+            if not h["reached"]:
+                cells.append(f"not reached (0/{h['n']})")
+                continue
+            note = "" if h["reached"] == h["n"] else f" ({h['reached']}/{h['n']} seeds)"
+            cells.append(f"{_ms(h['t'])} s / ${_ms(h['usd'], '{:.5f}')}{note}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if "stellaris" in st:
+        for other, name in (("rllib", "RLlib"), ("lean", "lean PPO"), ("sync", "sync PPO")):
+            if other not in st:
+                continue
+            tgt, ratio, usd = speedup(st["stellaris"], st[other], targets)
+            if tgt is None:
+                lines.append(f"speedup vs {name}: n/a (no target reached by both in every seed)")
+                continue
+            top = max(targets)
+            note = "" if tgt == top else (
+                f" — on return {tgt:g}, the highest target both reached in every seed "
+                f"({top:g} was not)")
+            lines.append(f"speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x")
+            lines.append("")
+    stell = [v for v in order if v.startswith("stellaris")]
+    if stell:
+        lines.append("Staleness (Stellaris runs, versions): " + "; ".join(
+            f"{LABELS.get(v, v)}: {_stale_summary(data[v])}" for v in stell) + ".")
+        lines.append("")
+    rel = os.path.relpath(fig_dir, REPO / "benchmarks")
+    lines.append(f"Figures (not committed; regenerate with `--report-only`): `benchmarks/{rel}/"
+                 f"{env}_return_vs_{{wall,env,cost}}.png`, `{env}_cost.png`, "
+                 f"`{env}_staleness.png`.")
+    lines.append("")
+    return lines
+
+
+def write_section(results: Path, body: list[str], preface: list[str]) -> None:
+    """Replace our section (up to the next ``## `` heading); the hand-written part of it below
+    :data:`KEEP_MARKER` survives regeneration."""
+    text = results.read_text() if results.exists() else "# Benchmark results\n"
+    section = "\n".join([SECTION, "", *preface, *body]).rstrip() + "\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == SECTION), None)
+    if start is None:
+        new = text.rstrip() + "\n\n" + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
+                   len(lines))
+        old = "".join(lines[start:end])
+        if KEEP_MARKER in old:
+            section += "\n" + old[old.index(KEEP_MARKER):].rstrip() + "\n"
+        tail = "".join(lines[end:])
+        new = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
+    results.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="Hopper-v5, 2-minute budget, 2 seeds (plus reachable targets 250/500)")
+    p.add_argument("--envs", nargs="+")
+    p.add_argument("--seeds", type=int, nargs="+", help="seed values (default 1 2 3; quick 1 2)")
+    p.add_argument("--minutes", type=float, help="wall-clock budget per run (default 10; quick 2)")
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--targets", type=float, nargs="+", help="target returns (default per env)")
+    p.add_argument("--backend", default="local", choices=["inline", "local", "lambda", "ray"],
+                   help="Stellaris/sync backend")
+    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace"])
+    p.add_argument("--no-staleness-weights", action="store_true")
+    p.add_argument("--no-bound-decay", action="store_true")
+    p.add_argument("--actors", type=int)
+    p.add_argument("--learners", type=int)
+    p.add_argument("--buffer-max", type=int, help="H_max: gradients per aggregation")
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "compare"))
+    p.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS.md"))
+    p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")
+    p.add_argument("--report-only", action="store_true", help="no runs: redraw and rewrite")
+    p.add_argument("--max-load", type=float,
+                   help="before each run wait (up to --max-load-wait-s) for a 1-min load below this")
+    p.add_argument("--max-load-wait-s", type=float, default=120.0)
+    a = p.parse_args(argv)
+    envs = a.envs or (["Hopper-v5"] if a.quick else FULL_ENVS)
+    seeds = a.seeds or ([1, 2] if a.quick else [1, 2, 3])
+    minutes = a.minutes or (2.0 if a.quick else 10.0)
+    out = Path(a.out)
+    tag = variant_tag(a)
+
+    if not a.report_only:
+        for env in envs:
+            print(f"{env}: {minutes:g} min x seeds {seeds} x {a.systems}", flush=True)
+            for seed in seeds:  # seeds outermost: machine noise spreads over the systems
+                for system in a.systems:
+                    variant = variant_name(system, tag)
+                    run_dir = budget_dir(out, env, minutes) / _dirname(variant) / f"seed{seed}"
+                    info = run_one(system, env, seed, minutes, run_dir, a)
+                    info["variant"] = variant
+                    (run_dir / "bench.json").write_text(json.dumps(info, indent=2))
+
+    body: list[str] = []
+    for env in envs:
+        root = budget_dir(out, env, minutes)
+        data = collect(root)
+        targets = a.targets or sorted(set(TARGETS.get(env, [1000, 2000]) + (
+            QUICK_TARGETS.get(env, []) if minutes < 5 else [])))
+        if data:
+            figures(env, data, root / "figures")
+        body += env_report(env, minutes, data, targets, root / "figures")
+    report = "\n".join(body)
+    print(report)
+    if not a.no_results:
+        cmd = "python benchmarks/compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        preface = [
+            f"Generated by `{cmd.strip()}` on {time.strftime('%Y-%m-%d %H:%M')} (2-core shared "
+            "machine; runs are sequential, one system at a time). Same wall-clock budget, seeds, "
+            "price table and clock for every system: Stellaris and our sync PPO are billed per "
+            "function invocation (Lambda GB-s + requests) plus orchestrator VM and Redis for the "
+            "wall time; RLlib and the lean PPO pay one 2-vCPU instance (c6i.large) for the wall "
+            "time. Returns are the mean of the last 100 training episodes. Clocks start after "
+            "start-up (the local runtime's, Ray's and the algorithm's construction).",
+            "",
+        ]
+        write_section(Path(a.results), body, preface)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

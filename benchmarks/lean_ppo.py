@@ -1,0 +1,142 @@
+"""A lean single-process PPO: the overhead-free reference for the Stellaris benchmarks.
+
+CleanRL ``ppo_continuous_action`` style, in one process with no functions, no store and no
+threads: sample ``n_envs x rollout_steps`` with the current policy, merge the rollout's
+observation/return statistics into the normalisers, then ``update_epochs x num_minibatches``
+Adam steps, and repeat. It runs *the same code* as Stellaris wherever that makes sense: the
+actor's ``rollout`` (vector env, obs normalisation, reward scaling, bootstrap on truncation),
+the learner's batch building (GAE / V-trace) and PPO loss, the same ``ActorCritic`` and
+``RunningMeanStd`` and ``PPOHyper`` defaults. So any difference to Stellaris is system, not maths.
+
+    python benchmarks/lean_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/lean
+
+Writes ``metrics.csv`` / ``config.json`` / ``summary.json`` like ``stellaris train``; cost is
+serverful (one 2-vCPU instance for the whole wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks._common import RunLog  # noqa: E402
+from functions import learner as L  # noqa: E402
+from functions.actor import rollout  # noqa: E402
+from functions.envs import WarmEnv  # noqa: E402
+from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
+from functions.normalizer import RunningMeanStd  # noqa: E402
+from functions.policy import init_policy  # noqa: E402
+
+
+def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
+          total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
+          hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
+          log_interval_s: float = 2.0) -> dict[str, Any]:
+    """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary."""
+    if minutes is None and total_steps is None:
+        raise ValueError("give a budget: minutes or total_steps")
+    hyper = hyper or PPOHyper()
+    spec = spec or PolicySpec()
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    device = torch.device("cpu")
+
+    t_setup = time.perf_counter()
+    model, _ = init_policy(env_id, spec, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=L.ADAM_EPS)
+    wenv = WarmEnv(env_id, n_envs, seed)
+    pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
+                          ret_rms=RunningMeanStd(()))
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    setup_s = time.perf_counter() - t_setup
+
+    config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
+              "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
+              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean",
+              "backend": "single-process"}
+    log = RunLog(out_dir, config, log_interval_s)
+    budget_s = minutes * 60 if minutes is not None else float("inf")
+    t_sample = t_learn = 0.0
+    stats: dict[str, float] = {}
+    it = 0
+    while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
+        it += 1
+        t0 = time.perf_counter()
+        ev = ActorEvent(run_id="lean", env_id=env_id, n_envs=n_envs, steps=rollout_steps,
+                        seed=seed, gamma=hyper.gamma, invocation_id=f"lean-{it}")
+        traj = rollout(wenv, pol, ev)
+        # The rollout was sampled with the current statistics; fold its own into the next
+        # version's (as the orchestrator does with an actor's report).
+        for rms, st in ((pol.obs_rms, traj.obs_stats), (pol.ret_rms, traj.ret_stats)):
+            if st["count"] > 0:
+                rms.merge(st["count"], st["mean"], st["var"])
+        log.env_steps += n_envs * rollout_steps
+        log.episodes_done(traj.episode_returns, traj.episode_lengths)
+        t1 = time.perf_counter()
+
+        groups = L._group([traj], device)
+        batch = L.build_batch(model, groups, hyper, [])
+        sums: dict[str, float] = {}
+        n = 0
+        for epoch in range(hyper.update_epochs):
+            if epoch and hyper.is_correction == "vtrace":
+                batch = L.build_batch(model, groups, hyper, [])
+            for idx in L._minibatches(len(batch), hyper, gen):
+                loss, mb = L._loss(model, batch, idx, hyper)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
+                opt.step()
+                for k, v in mb.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                n += 1
+        pol.version += 1
+        log.version = pol.version
+        stats = {f"losses/{k}": v / max(n, 1) for k, v in sums.items()}
+        stats["losses/explained_variance"] = L._explained_variance(batch)
+        t2 = time.perf_counter()
+        t_sample += t1 - t0
+        t_learn += t2 - t1
+        log.row(stats)
+    wenv.close()
+    return log.close({
+        "mode": "lean", "backend": "single-process", "env": env_id, "setup_s": setup_s,
+        "timings": {"sample_s": t_sample, "learn_s": t_learn},
+    })
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="Hopper-v5")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--minutes", type=float)
+    p.add_argument("--total-steps", type=int)
+    p.add_argument("--n-envs", type=int, default=8)
+    p.add_argument("--rollout-steps", type=int, default=256)
+    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace"], default="truncate")
+    p.add_argument("--out", required=True, help="run folder")
+    a = p.parse_args(argv)
+    if a.minutes is None and a.total_steps is None:
+        p.error("give --minutes or --total-steps")
+    s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
+              PPOHyper(is_correction=a.is_correction))
+    print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
+          f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

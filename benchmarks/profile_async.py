@@ -1,0 +1,256 @@
+"""Where the async (Stellaris) path spends its time, per environment step.
+
+Runs a short ``stellaris train`` (async) and instruments it from the outside, without touching
+orchestrator/ or functions/ code:
+
+- every invocation's client-side wall time (submit -> future done) against the function's own
+  timings in its payload (actor: fetch / sample / write; learner: fetch / compute / write), so
+  invocation overhead = client wall - handler time;
+- the aggregator thread's work (decode + buffer, and Adam step + publish + ack), timed;
+- the orchestrator process's CPU time;
+- pyinstrument profiles: with ``--backend inline`` every thread (dispatcher, aggregator and the
+  function threads) gets its own profiler and the sessions are combined per role, so functions
+  and orchestrator show in one report; with ``--backend local`` the functions run in runtime
+  worker processes, and the orchestrator's threads are profiled.
+
+    python benchmarks/profile_async.py --backend local --minutes 1 --out benchmarks/out/profile
+    python benchmarks/profile_async.py --backend inline --minutes 1 --out benchmarks/out/profile
+
+Prints a table (microseconds per env step) and writes ``breakdown.json`` and pyinstrument
+text/HTML reports into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyinstrument import Profiler  # noqa: E402
+from pyinstrument.renderers import ConsoleRenderer, HTMLRenderer  # noqa: E402
+from pyinstrument.session import Session  # noqa: E402
+
+from orchestrator import async_loop, run  # noqa: E402
+from orchestrator.config import load_config  # noqa: E402
+from orchestrator.invokers import inline  # noqa: E402
+
+SESSIONS: dict[str, list[Session]] = defaultdict(list)
+TIMES: dict[str, float] = defaultdict(float)
+COUNTS: dict[str, int] = defaultdict(int)
+LOCK = threading.Lock()
+
+
+def _add(key: str, dt: float, n: int = 1) -> None:
+    with LOCK:
+        TIMES[key] += dt
+        COUNTS[key] += n
+
+
+def _profiled(role: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    prof = Profiler(interval=0.001)
+    prof.start()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        session = prof.stop()
+        with LOCK:
+            SESSIONS[role].append(session)
+
+
+def instrument(profile_functions: bool) -> None:
+    T = async_loop.AsyncTrainer
+
+    # Client-side wall of each invocation: wrap the invoker's submit.
+    orig_build = run.build_invoker
+
+    def build_invoker(*a: Any, **k: Any) -> Any:
+        inv = orig_build(*a, **k)
+        orig_submit = inv.submit
+
+        def submit(function: str, event: dict[str, Any]) -> Any:
+            t0 = time.perf_counter()
+            fut = orig_submit(function, event)
+            fut.add_done_callback(
+                lambda f, fn=function: _add(f"client_wall.{fn}", time.perf_counter() - t0))
+            return fut
+
+        inv.submit = submit
+        return inv
+
+    run.build_invoker = build_invoker
+
+    def on_actor(self: Any, res: Any, *a: Any) -> Any:
+        if res.ok and res.payload:
+            t = res.payload.get("timings", {})
+            for k in ("fetch_s", "sample_s", "write_s", "total_s"):
+                _add(f"actor.{k}", float(t.get(k, 0.0)), 0)
+            _add("actor.steps", 0.0, int(res.payload.get("steps", 0)))
+            _add("actor.billed_s", res.duration_ms / 1e3)
+        return orig_on_actor(self, res, *a)
+
+    def on_learner(self: Any, res: Any, *a: Any) -> Any:
+        if res.ok and res.payload:
+            t = res.payload.get("timings", {})
+            for k in ("fetch_s", "compute_s", "write_s", "total_s"):
+                _add(f"learner.{k}", float(t.get(k, 0.0)), 0)
+            _add("learner.gradients", 0.0, int(res.payload.get("gradients", 0)))
+            _add("learner.billed_s", res.duration_ms / 1e3)
+        return orig_on_learner(self, res, *a)
+
+    def offer(self: Any, *a: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return orig_offer(self, *a)
+        finally:
+            _add("aggregator.offer_s", time.perf_counter() - t0)
+
+    def apply(self: Any, *a: Any) -> Any:
+        t0 = time.perf_counter()
+        n0 = self.aggregator.aggregations
+        try:
+            return orig_apply(self, *a)
+        finally:
+            _add("aggregator.apply_s", time.perf_counter() - t0,
+                 self.aggregator.aggregations - n0)
+
+    def aggregate_forever(self: Any) -> Any:
+        return _profiled("aggregator", orig_agg, self)
+
+    orig_on_actor, orig_on_learner = T._on_actor, T._on_learner
+    orig_offer, orig_apply, orig_agg = T._offer, T._apply_while_ready, T._aggregate_forever
+    T._on_actor, T._on_learner, T._offer, T._apply_while_ready = on_actor, on_learner, offer, apply
+    T._aggregate_forever = aggregate_forever
+
+    if profile_functions:
+        orig_call = inline.call_handler
+
+        def call_handler(function: str, *a: Any, **k: Any) -> Any:
+            return _profiled(function, orig_call, function, *a, **k)
+
+        inline.call_handler = call_handler
+
+
+def sparse_version_reads(k: int) -> None:
+    """What-if for the learner: a real ``latest_version()`` round trip every ``k`` calls."""
+    from store.params import ParamStore
+
+    orig = ParamStore.latest_version
+    state: dict[int, list[Any]] = {}
+
+    def latest_version(self: Any) -> Any:
+        n, last = state.get(id(self), [0, None])
+        if n % k == 0 or last is None:
+            last = orig(self)
+        state[id(self)] = [n + 1, last]
+        return last
+
+    ParamStore.latest_version = latest_version
+
+
+def write_profiles(out: Path) -> dict[str, str]:
+    paths = {}
+    for role, sessions in SESSIONS.items():
+        if not sessions:
+            continue
+        combined = sessions[0]
+        for s in sessions[1:]:
+            combined = Session.combine(combined, s)
+        (out / f"profile_{role}.txt").write_text(ConsoleRenderer().render(combined))
+        (out / f"profile_{role}.html").write_text(HTMLRenderer().render(combined))
+        flat = ConsoleRenderer(flat=True).render(combined)
+        (out / f"profile_{role}_flat.txt").write_text(flat)
+        paths[role] = str(out / f"profile_{role}.txt")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="Hopper-v5")
+    p.add_argument("--backend", default="local", choices=["inline", "local"])
+    p.add_argument("--minutes", type=float, default=1.0)
+    p.add_argument("--actors", type=int, default=2)
+    p.add_argument("--learners", type=int, default=1)
+    p.add_argument("--buffer-max", type=int, help="H_max (default: learners)")
+    p.add_argument("--version-read-every", type=int, default=1, help="what-if (inline only): "
+                   "the learner's per-minibatch latest_version() does a real Redis read only "
+                   "every K calls and returns the last value otherwise")
+    p.add_argument("--out", default="benchmarks/out/profile")
+    a = p.parse_args(argv)
+    name = a.backend + (f"-H{a.buffer_max}" if a.buffer_max else "") + (
+        f"-vread{a.version_read_every}" if a.version_read_every > 1 else "")
+    out = Path(a.out) / name
+    out.mkdir(parents=True, exist_ok=True)
+    instrument(profile_functions=a.backend == "inline")
+    if a.version_read_every > 1:
+        if a.backend != "inline":
+            p.error("--version-read-every patches this process: use --backend inline")
+        sparse_version_reads(a.version_read_every)
+    cfg = load_config(None, {"buffer_max": a.buffer_max,
+        "env": a.env, "mode": "async", "backend": a.backend, "minutes": a.minutes,
+        "actors": a.actors, "learners": a.learners, "run_dir": str(out / "run"), "restart": True,
+        "progress": "none", "eval_interval_s": 0,
+    })
+    load0 = os.getloadavg()[0]
+    cpu0 = time.process_time()
+    summary = _profiled("dispatcher", run.train, cfg)
+    cpu = time.process_time() - cpu0
+    steps = max(1, int(summary["env_steps"]))
+    wall = float(summary["wall_s"])
+    us = 1e6 / steps
+
+    actor_client = TIMES["client_wall.actor"]
+    learner_client = TIMES["client_wall.learner"]
+    rows = {
+        "actor sampling (env + policy)": TIMES["actor.sample_s"],
+        "actor store (policy fetch + trajectory write)": TIMES["actor.fetch_s"] + TIMES["actor.write_s"],
+        "actor invocation overhead (client wall - handler)": actor_client - TIMES["actor.total_s"],
+        "learner compute (batch + fwd/bwd, per-minibatch version read)": TIMES["learner.compute_s"],
+        "learner store (trajectories + params fetch, gradient flush)":
+            TIMES["learner.fetch_s"] + TIMES["learner.write_s"],
+        "learner invocation overhead (client wall - handler)": learner_client - TIMES["learner.total_s"],
+        "aggregation: decode + buffer (aggregator thread)": TIMES["aggregator.offer_s"],
+        "aggregation: Adam step + publish + ack": TIMES["aggregator.apply_s"],
+    }
+    overhead = sum(v for k, v in rows.items() if "store" in k or "overhead" in k
+                   or "aggregation" in k)
+    busy = sum(rows.values())
+    breakdown = {
+        "env": a.env, "backend": a.backend, "actors": a.actors, "learners": a.learners,
+        "buffer_max": a.buffer_max, "version_read_every": a.version_read_every,
+        "wall_s": wall, "env_steps": steps, "sps": steps / wall, "load_before": load0,
+        "load_after": os.getloadavg()[0], "orchestrator_cpu_s": cpu,
+        "return": summary.get("mean_return"), "aggregations": COUNTS["aggregator.apply_s"],
+        "gradients": COUNTS["learner.gradients"],
+        "seconds": rows, "us_per_env_step": {k: v * us for k, v in rows.items()},
+        "wall_us_per_env_step": wall * us, "overhead_s": overhead,
+        "overhead_frac_of_busy": overhead / max(busy, 1e-9),
+        "overhead_frac_of_2core_wall": overhead / max(2 * wall, 1e-9),
+        "orchestrator_cpu_us_per_env_step": cpu * us,
+        "profiles": write_profiles(out),
+    }
+    (out / "breakdown.json").write_text(json.dumps(breakdown, indent=2))
+    print(f"{a.env} async, backend {a.backend}: {steps:,} steps in {wall:.1f} s "
+          f"({steps / wall:.0f}/s), return {summary.get('mean_return')}, load "
+          f"{load0:.2f}->{breakdown['load_after']:.2f}")
+    print(f"{'component':64s} {'s':>8s} {'us/step':>9s}")
+    for k, v in rows.items():
+        print(f"{k:64s} {v:8.2f} {v * us:9.1f}")
+    print(f"{'wall-clock':64s} {wall:8.2f} {wall * us:9.1f}")
+    print(f"orchestrator process CPU (all its threads): {cpu:.2f} s = {cpu * us:.1f} us/step")
+    print(f"overhead (store + invocation + aggregation): {overhead:.2f} s = "
+          f"{100 * breakdown['overhead_frac_of_busy']:.1f}% of busy time, "
+          f"{100 * breakdown['overhead_frac_of_2core_wall']:.1f}% of 2 cores x wall")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""RLlib 2.60 PPO (new API stack) with hyper-parameters matched to Stellaris, for a wall budget.
+
+Matched: 64x64 tanh MLPs, separate actor and critic (``vf_share_layers=False``), a
+state-independent log-std (``free_log_std=True``), train batch 2048 (``n_envs x rollout``),
+minibatch 64 (2048 / 32), 10 epochs, Adam lr 3e-4, gamma 0.99, lambda 0.95, clip 0.2,
+vf coefficient 0.5, entropy 0, global-norm gradient clip 0.5, no KL penalty, and observation
+normalisation through the ``MeanStdFilter`` env-to-module connector (clip 10).
+Not matchable in RLlib without custom code, and said so in RESULTS.md: CleanRL's reward
+scaling (RLlib has no return normaliser connector), the clipped value loss of CleanRL (RLlib's
+``vf_clip_param`` clips the *loss*; set very large here so the value function can learn on
+unscaled Hopper returns), orthogonal init, and Adam eps 1e-5 (RLlib: 1e-8).
+
+2 cores, as an RLlib user would use them: ``num_env_runners=2`` sampling processes with 4 envs
+each (8 envs in all, rollout fragments of 256 steps) and the learner on the driver. Ray runs
+without its dashboard. The budget clock starts at the first ``train()`` call (Ray start-up and
+building the algorithm are reported as ``setup_s``, as Stellaris excludes its runtime start).
+
+    python benchmarks/rllib_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/rllib
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+from benchmarks._common import RunLog  # noqa: E402
+from functions.messages import PPOHyper  # noqa: E402
+
+
+def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
+                 rollout_steps: int = 256, num_env_runners: int = 2) -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.connectors.env_to_module import MeanStdFilter
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    batch = n_envs * rollout_steps
+    runners = max(1, num_env_runners)
+    return (
+        PPOConfig()
+        .environment(env_id)
+        .framework("torch")
+        .env_runners(
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=max(1, n_envs // runners),
+            rollout_fragment_length=rollout_steps,
+            env_to_module_connector=lambda env, spaces=None, device=None: MeanStdFilter(
+                clip_by_value=10.0),
+        )
+        .learners(num_learners=0)
+        .training(
+            train_batch_size_per_learner=batch,
+            minibatch_size=batch // hyper.num_minibatches,
+            num_epochs=hyper.update_epochs,
+            lr=hyper.learning_rate,
+            gamma=hyper.gamma,
+            lambda_=hyper.gae_lambda,
+            clip_param=hyper.clip_coef,
+            vf_loss_coeff=hyper.vf_coef,
+            entropy_coeff=hyper.ent_coef,
+            use_kl_loss=False,
+            kl_coeff=0.0,
+            grad_clip=hyper.max_grad_norm,
+            grad_clip_by="global_norm",
+            vf_clip_param=1e9,
+        )
+        .rl_module(model_config=DefaultModelConfig(
+            fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False,
+            free_log_std=True,
+        ))
+        .reporting(metrics_num_episodes_for_smoothing=100)
+        .debugging(seed=seed, log_level="ERROR")
+    )
+
+
+def _get(result: dict[str, Any], *paths: str) -> Any:
+    for path in paths:
+        cur: Any = result
+        for key in path.split("/"):
+            if not isinstance(cur, dict) or key not in cur:
+                cur = None
+                break
+            cur = cur[key]
+        if cur is not None:
+            return cur
+    return None
+
+
+def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
+          total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
+          num_env_runners: int = 2, hyper: PPOHyper | None = None) -> dict[str, Any]:
+    import math
+
+    import ray
+
+    if minutes is None and total_steps is None:
+        raise ValueError("give a budget: minutes or total_steps")
+    hyper = hyper or PPOHyper(is_correction="none")
+    t_setup = time.perf_counter()
+    ray.init(include_dashboard=False, num_cpus=max(2, num_env_runners + 1),
+             log_to_driver=False, configure_logging=True, logging_level="ERROR")
+    try:
+        cfg = build_config(env_id, seed, hyper, n_envs, rollout_steps, num_env_runners)
+        algo = cfg.build_algo()
+        setup_s = time.perf_counter() - t_setup
+        config = {"system": "rllib", "env": env_id, "seed": seed, "minutes": minutes,
+                  "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
+                  "num_env_runners": num_env_runners, "hyper": hyper.model_dump(),
+                  "mode": "rllib", "backend": "ray", "ray_version": ray.__version__}
+        log = RunLog(out_dir, config, log_interval_s=0.0)
+        budget_s = minutes * 60 if minutes is not None else float("inf")
+        last: float | None = None
+        while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
+            res = algo.train()
+            steps = _get(res, "env_runners/num_env_steps_sampled_lifetime",
+                         "num_env_steps_sampled_lifetime")
+            if steps is not None:
+                log.env_steps = int(steps)
+            ret = _get(res, "env_runners/episode_return_mean")
+            if ret is not None and not (isinstance(ret, float) and math.isnan(ret)):
+                last = float(ret)
+            n_eps = _get(res, "env_runners/num_episodes_lifetime")
+            if n_eps is not None:
+                log.episodes = int(n_eps)
+            log.version += 1
+            ln = _get(res, "env_runners/episode_len_mean")
+            stats = {}
+            for ours, theirs in (("losses/policy_loss", "policy_loss"),
+                                 ("losses/value_loss", "vf_loss"), ("losses/entropy", "entropy"),
+                                 ("losses/approx_kl", "mean_kl_loss"),
+                                 ("losses/explained_variance", "vf_explained_var")):
+                v = _get(res, f"learners/default_policy/{theirs}")
+                if isinstance(v, int | float):
+                    stats[ours] = float(v)
+            if ln is not None:
+                stats["episodic_length"] = float(ln)
+            log.row(stats, force=True, episodic_return=last)
+        algo.stop()
+        # The window mean RLlib reports is the return the summary carries.
+        log.returns.clear()
+        if last is not None:
+            log.returns.append(last)
+        return log.close({"mode": "rllib", "backend": "ray", "env": env_id, "setup_s": setup_s})
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="Hopper-v5")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--minutes", type=float)
+    p.add_argument("--total-steps", type=int)
+    p.add_argument("--n-envs", type=int, default=8)
+    p.add_argument("--rollout-steps", type=int, default=256)
+    p.add_argument("--num-env-runners", type=int, default=2)
+    p.add_argument("--out", required=True, help="run folder")
+    a = p.parse_args(argv)
+    if a.minutes is None and a.total_steps is None:
+        p.error("give --minutes or --total-steps")
+    s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
+              a.num_env_runners)
+    print(f"RLlib PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
+          f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "
+          f"(setup {s['setup_s']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""compare.py's machinery end to end on CartPole-v1 with a ~8 s budget: lean PPO + Stellaris
+(inline backend). Checks run folders, CSV columns, figures, and that only our RESULTS.md
+section is rewritten."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import compare  # noqa: E402
+from orchestrator.metrics import CSV_COLUMNS  # noqa: E402
+
+OTHER = "# Benchmark results\n\n## Someone else's section\n\nkeep me\n"
+
+
+@pytest.mark.timeout(120)
+def test_compare_runs_two_systems_and_rewrites_only_its_section(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text(OTHER + f"\n{compare.SECTION}\n\nold text\n\n## Later section\n\nkeep too\n")
+    out = tmp_path / "out"
+    rc = compare.main(["--envs", "CartPole-v1", "--minutes", "0.13", "--seeds", "1",
+                       "--systems", "lean", "stellaris", "--backend", "inline",
+                       "--out", str(out), "--results", str(results)])
+    assert rc == 0
+    root = out / "CartPole-v1-0.13min"
+    for variant in ("lean", "stellaris_backend=inline_"):
+        run = root / variant / "seed1"
+        bench = json.loads((run / "bench.json").read_text())
+        assert bench["rc"] == 0, (run / "stdout.log").read_text()[-2000:]
+        with open(run / "metrics.csv") as fh:
+            rows = list(csv.DictReader(fh))
+        assert list(rows[0]) == CSV_COLUMNS
+        assert int(rows[-1]["env_steps"]) > 0
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["cost"]["total_usd"] > 0
+    stell = json.loads((root / "stellaris_backend=inline_" / "seed1" / "summary.json").read_text())
+    assert stell["staleness_hist"]["grad"]
+    figs = {p.name for p in (root / "figures").glob("*.png")}
+    assert {"CartPole-v1_return_vs_wall.png", "CartPole-v1_return_vs_env.png",
+            "CartPole-v1_return_vs_cost.png", "CartPole-v1_cost.png",
+            "CartPole-v1_staleness.png"} <= figs
+    text = results.read_text()
+    assert text.startswith(OTHER)
+    assert "keep too" in text and "old text" not in text
+    assert text.count(compare.SECTION) == 1
+    assert "| lean PPO |" in text
+    assert "speedup vs lean PPO:" in text
+
+
+def test_hand_written_notes_survive_regeneration(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text(OTHER + f"\n{compare.SECTION}\n\nold\n\n{compare.KEEP_MARKER}\n\nnotes\n"
+                       "\n## Later\n\nlater\n")
+    compare.write_section(results, ["new body"], [])
+    text = results.read_text()
+    assert "old" not in text.replace("older", "")
+    assert text.index("new body") < text.index("notes") < text.index("## Later")
+
+
+def test_section_is_appended_when_missing(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text(OTHER)
+    compare.write_section(results, ["body"], [])
+    text = results.read_text()
+    assert text.startswith(OTHER) and text.rstrip().endswith("body")
+
+
+def test_time_to_target_and_return_at() -> None:
+    curve = {"wall_s": [10.0, 20.0, 30.0], "env_steps": [1.0, 2.0, 3.0],
+             "cost_usd": [0.1, 0.2, 0.3], "episodic_return": [50.0, 150.0, 120.0]}
+    assert compare.time_to(curve, 100) == (20.0, 0.2)
+    assert compare.time_to(curve, 200) is None
+    assert compare.return_at(curve, 12) == 50.0
+    assert compare.return_at(curve, 60) == 120.0
