@@ -25,7 +25,10 @@ _OPT_PREFIX = "optim."
 class MasterPolicy:
     def __init__(self, env_id: str, spec: PolicySpec, seed: int, learning_rate: float) -> None:
         self.model, _ = init_policy(env_id, spec, seed)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate, eps=ADAM_EPS)
+        # foreach: one fused pass over the parameter list (about 2x faster on CPU for a small
+        # MLP); the aggregator takes one step per gradient, so this is on the hot path.
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate, eps=ADAM_EPS,
+                                          foreach=True)
         self.obs_rms = RunningMeanStd((self.model.obs_dim,))
         self.ret_rms = RunningMeanStd(())
         self.version = 0
