@@ -112,6 +112,11 @@ class PolicyCache:
         assert snap is not None
         return self._load(key, entry, snap, device), False
 
+    def install(self, rs: RunStore, snap: PolicySnapshot, device: torch.device | str = "cpu") -> CachedPolicy:
+        """Load a snapshot fetched elsewhere (a learner's writer thread) into the cache."""
+        key = self._key(rs)
+        return self._load(key, self._entries.get(key), snap, device)
+
     def _load(
         self,
         key: tuple[str, str],
@@ -124,7 +129,8 @@ class PolicyCache:
         else:
             model = build_policy(snap.meta)
         obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
-        model.to(device)
+        if next(model.parameters()).device != torch.device(device):
+            model.to(device)
         new = CachedPolicy(snap.version, model, obs_rms, ret_rms, dict(snap.meta))
         self._entries[key] = new
         self._entries.move_to_end(key)

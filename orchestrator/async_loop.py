@@ -56,6 +56,7 @@ class AsyncTrainer(Trainer):
         self.scaler = ActorScaler(cfg)
         self._stop = threading.Event()
         self._to_ack: list[str] = []
+        self._actor_steps = cfg.n_envs * cfg.rollout_steps
         self._agg_error: BaseException | None = None
         agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
         agg_thread.start()
@@ -68,14 +69,19 @@ class AsyncTrainer(Trainer):
                 if self._agg_error is not None:
                     raise RuntimeError(f"aggregator failed: {self._agg_error}") from self._agg_error
                 store_ok = self.store_guard()
-                backlog = sum(t.steps for t in pending)
-                want = self.scaler.target(len(actors), backlog, len(learners))
-                # Backpressure: no new rollouts while learners already have enough to chew on,
-                # and none while the store is down (they would only fail).
-                while store_ok and len(actors) < want and backlog < cfg.learner_batch_steps * (cfg.learners + 1):
-                    actors[self.invoker.submit("actor", self.actor_event())] = 0
+                # Learners first: taking a batch frees room for the next rollouts, which
+                # then start at once and sample while this batch is learned.
                 if store_ok:
                     self._dispatch_learners(learners, pending)
+                backlog = sum(t.steps for t in pending)
+                want = self.scaler.target(len(actors), backlog, len(learners))
+                # Backpressure: sample only what the learners will consume next — one batch
+                # per learner waiting or being sampled. Rolling out further ahead only makes
+                # the data staler (and steals CPU from learning); nothing while the store is
+                # down (invocations would only fail).
+                ahead = cfg.learner_batch_steps * cfg.learners
+                while store_ok and len(actors) < want and backlog + len(actors) * self._actor_steps < ahead:
+                    actors[self.invoker.submit("actor", self.actor_event())] = 0
                 futures = list(actors) + list(learners)
                 if not futures:
                     time.sleep(0.5)  # store down, nothing in flight: wait for the next check
