@@ -253,7 +253,7 @@ class _GradientWriter:
     wait (bounded memory); a failed write surfaces at the next submit or at ``close``.
     """
 
-    MAX_PENDING = 8
+    MAX_PENDING = 4
 
     def __init__(self, rs: RunStore, known_version: int, max_pending: int = MAX_PENDING) -> None:
         self.rs = rs

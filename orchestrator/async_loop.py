@@ -57,6 +57,7 @@ class AsyncTrainer(Trainer):
         self._stop = threading.Event()
         self._to_ack: list[str] = []
         self._actor_steps = cfg.n_envs * cfg.rollout_steps
+        self._last_publish = 0.0
         self._agg_error: BaseException | None = None
         agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
         agg_thread.start()
@@ -97,7 +98,7 @@ class AsyncTrainer(Trainer):
                 self.periodic(self._extra(len(actors), len(learners)))
         finally:
             self._shutdown(actors, learners, agg_thread)
-        self._publish_if_moved()
+        self._publish_if_moved(force=True)
         self.checkpoint()
         self.finish_evaluation(timeout=30)
         row = self.log_row(self._extra(0, 0))
@@ -200,7 +201,8 @@ class AsyncTrainer(Trainer):
     def _aggregate_forever(self) -> None:
         while not self._stop.is_set():
             try:
-                entries = self.rs.grads.read(GROUP, "orchestrator", count=64, block_ms=100)
+                block = int(min(100, max(1, self.cfg.publish_interval_ms))) if self.cfg.publish_interval_ms else 100
+                entries = self.rs.grads.read(GROUP, "orchestrator", count=64, block_ms=block)
             except StoreError as exc:
                 self.counters.store_errors += 1
                 self.counters.last_errors.append(f"grads read: {exc}")
@@ -245,17 +247,21 @@ class AsyncTrainer(Trainer):
             self.log_applied(out.dedupe_ids, v_now + 1)
             self._to_ack.extend(out.entry_ids)
 
-    def _publish_if_moved(self) -> None:
+    def _publish_if_moved(self, force: bool = False) -> None:
         """Publish the newest version once per batch of gradients read from the stream.
 
         While the aggregator keeps up this is once per aggregation (the paper's rule); when a
         burst of gradients is waiting it applies them all, one Adam step each (versions still
         count aggregations), and publishes only the last: readers only ever want the latest.
         """
+        now = time.monotonic()
+        if not force and now - self._last_publish < self.cfg.publish_interval_ms / 1000.0:
+            return  # the aggregator wakes at least that often and publishes then
         try:
             with self.lock:
                 if self.master.published_version != self.master.version:
                     self.master.publish(self.rs)
+                    self._last_publish = now
             if self._to_ack:
                 self.rs.grads.ack(GROUP, self._to_ack)
                 self._to_ack.clear()

@@ -75,6 +75,10 @@ class TrainConfig(BaseModel):
     aggregate_timeout_s: float = Field(
         2.0, gt=0, description="Aggregate whatever is buffered after waiting this long."
     )
+    publish_interval_ms: float = Field(
+        0.0, ge=0, description="Publish a new version at most this often (0: after every batch "
+        "of gradients read). Versions still count aggregations; readers only want the latest."
+    )
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this."
     )
