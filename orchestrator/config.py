@@ -53,7 +53,8 @@ class TrainConfig(BaseModel):
     n_envs: int = Field(8, ge=1, description="Vector envs per actor invocation.")
     rollout_steps: int = Field(256, ge=1, description="Steps per env per actor invocation.")
     learner_batch_steps: int = Field(
-        2048, ge=1, description="Env steps a learner invocation consumes (async)."
+        2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
+        "consumes, and a sync round (split across the actors)."
     )
     hyper: PPOHyper = Field(default_factory=PPOHyper, description="PPO hyper-parameters.")
     policy: PolicySpec = Field(default_factory=PolicySpec, description="Policy network spec.")

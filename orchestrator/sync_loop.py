@@ -35,10 +35,17 @@ class SyncTrainer(Trainer):
         return summary
 
     def _sample_round(self, v: int) -> list[dict[str, Any]] | None:
-        """All actors with version ``v``; failed ones are resubmitted (the barrier waits)."""
+        """All actors with version ``v``; failed ones are resubmitted (the barrier waits).
+
+        A round is one PPO batch of ``learner_batch_steps`` env steps split across the actors
+        — the same batch (and so the same minibatch size and optimizer steps per env step)
+        as an async learner invocation, so the comparison isolates asynchrony.
+        """
         payloads: list[dict[str, Any]] = []
         attempts = {i: 0 for i in range(self.cfg.actors)}
-        futures = {self.invoker.submit("actor", self.actor_event(v)): i for i in attempts}
+        steps = max(1, self.cfg.learner_batch_steps // (self.cfg.actors * self.cfg.n_envs))
+        self._round_steps = steps
+        futures = {self.invoker.submit("actor", self.actor_event(v, steps)): i for i in attempts}
         while futures:
             done, _ = wait(list(futures), timeout=1.0)
             self.maybe_evaluate()
@@ -55,7 +62,7 @@ class SyncTrainer(Trainer):
                 if attempts[i] > self.cfg.max_retries:
                     raise RuntimeError(f"actor failed {attempts[i]} times: {res.error}")
                 self.counters.retries["actor"] += 1
-                futures[self.invoker.submit("actor", self.actor_event(v))] = i
+                futures[self.invoker.submit("actor", self.actor_event(v, steps))] = i
         return payloads
 
     def _learn(self, v: int, payloads: list[dict[str, Any]]) -> None:

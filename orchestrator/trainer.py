@@ -93,10 +93,10 @@ class Trainer:
         self._seq += 1
         return self.cfg.seed * 100_003 + self._seq
 
-    def actor_event(self, version: int | str = "latest") -> dict[str, Any]:
+    def actor_event(self, version: int | str = "latest", steps: int | None = None) -> dict[str, Any]:
         return ActorEvent(
             run_id=self.rs.run_id, redis_url=self.redis_url, invocation_id=f"a-{uuid.uuid4().hex[:16]}",
-            env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=self.cfg.rollout_steps,
+            env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
             seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
         ).to_event()
 
