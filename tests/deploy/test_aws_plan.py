@@ -9,14 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import moto  # noqa: F401 - a dev dependency: an ImportError fails loudly, never a skip
 import pytest
 from botocore.stub import Stubber
 
-moto = pytest.importorskip("moto")
-
-from deploy import cli as deploy_cli  # noqa: E402
-from deploy.functions import function_specs  # noqa: E402
-from deploy.plan import (  # noqa: E402
+from deploy import cli as deploy_cli
+from deploy.functions import function_specs
+from deploy.plan import (
     MANAGED_TAG,
     AwsSettings,
     DeployError,

@@ -9,16 +9,19 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+import ray  # a dependency (the ray extra): an ImportError fails loudly, never a skip
 from procs import process_env, read_until, start, stop
 
-ray = pytest.importorskip("ray")
+from orchestrator.cli import main as stellaris
+from orchestrator.invokers.ray_ import code_runtime_env, learner_gpus
 
-from orchestrator.cli import main as stellaris  # noqa: E402
-from orchestrator.invokers.ray_ import code_runtime_env, learner_gpus  # noqa: E402
+# The `ray` CLI installed next to this interpreter (CI does not put the venv on PATH).
+RAY_CLI = str(Path(sys.executable).parent / "ray")
 
 
 def tiny(mode: str, run_dir: Path, redis_url: str, *extra: str) -> list[str]:
@@ -56,7 +59,7 @@ def test_ray_cluster_by_address_sync(redis_url: str, tmp_path: Path, monkeypatch
     # (docs/DEPLOY.md shows how to pass the token to a real one).
     env = process_env({"RAY_AUTH_MODE": "disabled"})
     temp = tempfile.mkdtemp(prefix="stray-", dir="/tmp")  # Ray's socket paths must stay short
-    head = start(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+    head = start([RAY_CLI, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                   "--num-cpus=4", "--num-gpus=0", "--include-dashboard=false",
                   f"--temp-dir={temp}", "--block"], env, cwd=tmp_path)
     try:
