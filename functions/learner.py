@@ -20,6 +20,7 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -434,21 +435,34 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
 def _load_adam(rs: RunStore, model: ActorCritic, lr: float) -> torch.optim.Adam:
     opt = torch.optim.Adam(model.parameters(), lr=lr, eps=ADAM_EPS)
     saved = rs.get_state(OPTIMIZER_STATE)
-    if saved is None:
-        return opt
-    arrays, _meta = saved
-    named = dict(model.named_parameters())
-    if not all(f"exp_avg.{n}" in arrays and f"exp_avg_sq.{n}" in arrays for n in named):
-        return opt  # a different architecture's state: start fresh rather than mis-apply
-    for n, p in named.items():
-        if tuple(arrays[f"exp_avg.{n}"].shape) != tuple(p.shape):
-            return torch.optim.Adam(model.parameters(), lr=lr, eps=ADAM_EPS)
-        opt.state[p] = {
-            "step": torch.tensor(float(arrays[f"step.{n}"].reshape(-1)[0])),
-            "exp_avg": torch.from_numpy(arrays[f"exp_avg.{n}"].copy()).to(p.device),
-            "exp_avg_sq": torch.from_numpy(arrays[f"exp_avg_sq.{n}"].copy()).to(p.device),
-        }
+    if saved is not None:
+        load_adam_state(opt, model, saved[0])
     return opt
+
+
+def load_adam_state(opt: torch.optim.Adam, model: ActorCritic, arrays: Mapping[str, np.ndarray],
+                    prefix: str = "") -> bool:
+    """Install Adam moments saved by :func:`adam_state_tensors` (keys under ``prefix``).
+
+    All or nothing: a state of another architecture (missing or differently shaped entries)
+    is ignored, so the optimizer starts fresh rather than mis-applying moments.
+    """
+    named = dict(model.named_parameters())
+    for n, p in named.items():
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            if f"{prefix}{k}.{n}" not in arrays:
+                return False
+        if tuple(arrays[f"{prefix}exp_avg.{n}"].shape) != tuple(p.shape):
+            return False
+    for n, p in named.items():
+        opt.state[p] = {
+            "step": torch.tensor(float(np.asarray(arrays[f"{prefix}step.{n}"]).reshape(-1)[0])),
+            "exp_avg": torch.from_numpy(
+                np.array(arrays[f"{prefix}exp_avg.{n}"], dtype=np.float32)).to(p.device),
+            "exp_avg_sq": torch.from_numpy(
+                np.array(arrays[f"{prefix}exp_avg_sq.{n}"], dtype=np.float32)).to(p.device),
+        }
+    return True
 
 
 def adam_state_tensors(model: ActorCritic, opt: torch.optim.Adam) -> dict[str, np.ndarray]:

@@ -120,7 +120,7 @@ class AsyncTrainer(Trainer):
                 actors[self.invoker.submit("actor", self.actor_event())] = attempts + 1
             return
         p = res.payload
-        self.record_actor(p, self.master.version)
+        self.record_actor(p)
         pending.append(_Traj(p["trajectory_id"], int(p["steps"]), int(p["behaviour_version"])))
 
     def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
@@ -190,7 +190,7 @@ class AsyncTrainer(Trainer):
             if not res.ok:
                 self.record_failure(res)
             elif fut in actors and res.payload:
-                self.record_actor(res.payload, self.master.version)
+                self.record_actor(res.payload)
             elif fut in learners and res.payload:
                 self.record_learner_stats(res.payload)
                 self._release(learners[fut])

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from functions.learner import ADAM_EPS, OPTIMIZER_STATE, adam_state_tensors
+from functions.learner import ADAM_EPS, OPTIMIZER_STATE, adam_state_tensors, load_adam_state
 from functions.messages import PolicySpec
 from functions.normalizer import RunningMeanStd
 from functions.policy import init_policy, load_policy_tensors, policy_meta, policy_tensors
@@ -71,7 +71,7 @@ class MasterPolicy:
         self.version = self.published_version = snap.version
         state = rs.get_state(OPTIMIZER_STATE)
         if state is not None:
-            self._load_adam({f"{_OPT_PREFIX}{k}": v for k, v in state[0].items()})
+            load_adam_state(self.optimizer, self.model, state[0])
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_tensors(self) -> dict[str, np.ndarray]:
@@ -81,20 +81,8 @@ class MasterPolicy:
 
     def load_state(self, tensors: Mapping[str, np.ndarray], version: int) -> None:
         self.obs_rms, self.ret_rms = load_policy_tensors(self.model, tensors)
-        self._load_adam(tensors)
+        load_adam_state(self.optimizer, self.model, tensors, prefix=_OPT_PREFIX)
         self.version = int(version)
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         return adam_state_tensors(self.model, self.optimizer)
-
-    def _load_adam(self, tensors: Mapping[str, np.ndarray]) -> None:
-        for name, p in self._params.items():
-            key = f"{_OPT_PREFIX}exp_avg.{name}"
-            if key not in tensors:
-                continue
-            self.optimizer.state[p] = {
-                "step": torch.tensor(float(np.asarray(tensors[f"{_OPT_PREFIX}step.{name}"]).reshape(-1)[0])),
-                "exp_avg": torch.from_numpy(np.array(tensors[key], dtype=np.float32)),
-                "exp_avg_sq": torch.from_numpy(
-                    np.array(tensors[f"{_OPT_PREFIX}exp_avg_sq.{name}"], dtype=np.float32)),
-            }

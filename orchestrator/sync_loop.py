@@ -55,7 +55,7 @@ class SyncTrainer(Trainer):
                 self.record_cost(res)
                 if res.ok and res.payload:
                     payloads.append(res.payload)
-                    self.record_actor(res.payload, v)
+                    self.record_actor(res.payload)
                     continue
                 self.record_failure(res)
                 attempts[i] += 1

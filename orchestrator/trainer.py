@@ -69,6 +69,7 @@ class Trainer:
         self._sps_window: deque[tuple[float, int]] = deque()
         self._applied_log = open(self.run_dir / "applied_gradients.log", "a")  # noqa: SIM115
         self._seq = 0
+        self._hist: dict[str, dict[int, int]] = {"traj": {}, "grad": {}}  # whole-run staleness
         self._store_down = False
         self._next_guard = 0.0
         self._guard_backoff = 1.0
@@ -110,7 +111,7 @@ class Trainer:
             self.counters.failures[result.function] += 1
             self.counters.last_errors.append(f"{result.function}: {result.error}"[:300])
 
-    def record_actor(self, payload: dict[str, Any], v_now: int) -> None:
+    def record_actor(self, payload: dict[str, Any]) -> None:
         """Steps, episodes and normaliser statistics of a finished actor invocation."""
         with self.lock:
             self.counters.env_steps += int(payload["steps"])
@@ -196,9 +197,7 @@ class Trainer:
 
     def staleness_totals(self, ts: list[int], gs: list[int]) -> None:
         """Keep whole-run staleness histograms (for the final report and benchmarks)."""
-        hist = getattr(self, "_hist", None)
-        if hist is None:
-            hist = self._hist = {"traj": {}, "grad": {}}
+        hist = self._hist
         for key, vals in (("traj", ts), ("grad", gs)):
             for v in vals:
                 hist[key][int(v)] = hist[key].get(int(v), 0) + 1
@@ -296,7 +295,7 @@ class Trainer:
     def summary(self) -> dict[str, Any]:
         wall = self.total_wall()
         c = self.counters
-        hist = getattr(self, "_hist", {"traj": {}, "grad": {}})
+        hist = self._hist
         return {
             "run_id": self.rs.run_id, "mode": self.cfg.mode, "backend": self.cfg.backend,
             "env": self.cfg.env, "env_steps": c.env_steps, "episodes": c.episodes,

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import psutil
 from rel_helpers import wait_events_settled, write_result
+from rt_helpers import process_gone
 
 N_LONG = 10_000
 SAMPLE_EVERY = 250
@@ -49,18 +50,6 @@ def _pids(out: Path, prefix: str) -> list[int]:
     return [int(p.name.split("-")[1]) for p in out.glob(f"{prefix}-*")]
 
 
-def _gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_memory_limit_kills_child_processes_and_event_invocations(rel_server, rel_client, rel_deploy,
                                                                    tmp_path) -> None:
     name = rel_deploy(HOG, MemorySize=128, Timeout=25,
@@ -71,7 +60,7 @@ def test_memory_limit_kills_child_processes_and_event_invocations(rel_server, re
     doc = json.loads(resp["Payload"].read())
     assert resp.get("FunctionError") == "Unhandled" and doc["errorType"] == "Runtime.OutOfMemory", doc
     assert time.monotonic() - t0 < 15, "killed long before the handler's 20 s sleep ends"
-    assert all(_gone(pid) for pid in _pids(tmp_path, "child")) and _pids(tmp_path, "child")
+    assert all(process_gone(pid, timeout=5.0) for pid in _pids(tmp_path, "child")) and _pids(tmp_path, "child")
     # an Event that runs out of memory is retried, then recorded as failed with the reason
     r = rel_client.invoke(FunctionName=name, InvocationType="Event", Payload=json.dumps({"mb": 300}))
     assert r["StatusCode"] == 202
@@ -79,7 +68,7 @@ def test_memory_limit_kills_child_processes_and_event_invocations(rel_server, re
     assert len(failures) == 1 and failures[0]["approximateInvokeCount"] == 3
     assert failures[0]["error"]["errorType"] == "Runtime.OutOfMemory"
     workers = _pids(tmp_path, "worker")
-    assert len(workers) == 3 and all(_gone(pid) for pid in workers)
+    assert len(workers) == 3 and all(process_gone(pid, timeout=5.0) for pid in workers)
     # within the limit it still works, and the meter counted every failure
     resp = rel_client.invoke(FunctionName=name, Payload=json.dumps({"mb": 16}))
     assert "FunctionError" not in resp and json.loads(resp["Payload"].read()) == 16 << 20

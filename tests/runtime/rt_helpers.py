@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import time
 import zipfile
 
 import boto3
+import psutil
 from botocore.config import Config
 
 ROLE = "arn:aws:iam::123456789012:role/lambda-role"
@@ -24,3 +26,16 @@ def make_zip(files: dict[str, str | bytes]) -> bytes:
 def lambda_client(endpoint: str, key: str = "test", secret: str = "test") -> object:
     return boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1",
                         aws_access_key_id=key, aws_secret_access_key=secret, config=NO_RETRY)
+
+
+def process_gone(pid: int, timeout: float = 3.0) -> bool:
+    """True once ``pid`` no longer runs (SIGKILL delivery is asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False

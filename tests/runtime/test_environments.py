@@ -8,8 +8,7 @@ import json
 import time
 
 import httpx
-import psutil
-from rt_helpers import lambda_client, make_zip
+from rt_helpers import lambda_client, make_zip, process_gone
 
 from runtime import LocalRuntime
 
@@ -28,19 +27,6 @@ COUNTER = {"app.py": (
 def _invoke(client, name, event=None) -> tuple[dict, object]:
     resp = client.invoke(FunctionName=name, Payload=json.dumps(event or {}))
     return resp, json.loads(resp["Payload"].read())
-
-
-def _gone(pid: int, timeout: float = 3.0) -> bool:
-    """True once ``pid`` no longer runs (SIGKILL delivery is asynchronous)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _envs(server, name) -> list[dict]:
@@ -67,7 +53,7 @@ def test_timeout_kills_and_replaces(client, deploy, server) -> None:
     assert doc["errorType"] == "Sandbox.Timedout"
     assert doc["errorMessage"] == (
         f"RequestId: {resp['ResponseMetadata']['RequestId']} Error: Task timed out after 1.00 seconds")
-    assert _gone(first["pid"])
+    assert process_gone(first["pid"])
     _, after = _invoke(client, name)
     assert after["count"] == 1 and after["pid"] != first["pid"]  # a fresh environment
 
@@ -167,7 +153,7 @@ def test_no_zygote_idle_reaping_and_clean_stop(tmp_path) -> None:
         deadline = time.monotonic() + 5
         while _envs(rt, "f") and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _envs(rt, "f") == [] and _gone(pid)
+        assert _envs(rt, "f") == [] and process_gone(pid)
         assert json.loads(c.invoke(FunctionName="f")["Payload"].read())["count"] == 1  # cold again
         # leave one environment busy and one idle at shutdown
         import threading
@@ -182,4 +168,4 @@ def test_no_zygote_idle_reaping_and_clean_stop(tmp_path) -> None:
         assert pids
         server_pid = rt.proc.pid
     for p in [*pids, server_pid]:
-        assert _gone(p, timeout=1.0)
+        assert process_gone(p, timeout=1.0)
