@@ -1,6 +1,6 @@
 """The Redis store: versioned parameters, trajectory and gradient streams, run metadata.
 
-Tensors are stored as safetensors; metadata as JSON. Nothing here ever unpickles.
+Tensors are stored as safetensors; metadata as JSON. Nothing read back can execute code.
 """
 
 from store.connection import Store, redact, resolve_url

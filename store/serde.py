@@ -1,4 +1,4 @@
-"""Tensor blobs: safetensors bytes with a JSON metadata document. Never pickle.
+"""Tensor blobs: safetensors bytes with a JSON metadata document — data only, never code.
 
 A blob is a standard safetensors file: an 8-byte little-endian header length, a JSON header
 (dtype, shape and offsets of each tensor, plus ``__metadata__``), then raw little-endian
