@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", type=float, nargs="+", help="target returns (default per env)")
     p.add_argument("--backend", default="local", choices=["inline", "local", "lambda", "ray"],
                    help="Stellaris/sync backend")
-    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace"])
+    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"])
     p.add_argument("--no-staleness-weights", action="store_true")
     p.add_argument("--no-bound-decay", action="store_true")
     p.add_argument("--actors", type=int)

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--total-steps", type=int)
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--rollout-steps", type=int, default=256)
-    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace"], default="truncate")
+    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"], default="truncate")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:

@@ -35,6 +35,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import psutil  # noqa: E402
 from pyinstrument import Profiler  # noqa: E402
 from pyinstrument.renderers import ConsoleRenderer, HTMLRenderer  # noqa: E402
 from pyinstrument.session import Session  # noqa: E402
@@ -55,7 +56,12 @@ def _add(key: str, dt: float, n: int = 1) -> None:
         COUNTS[key] += n
 
 
+PROFILE = True  # --no-profiler: timings and process CPU only (pyinstrument's hooks cost CPU)
+
+
 def _profiled(role: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    if not PROFILE:
+        return fn(*args, **kwargs)
     prof = Profiler(interval=0.001)
     prof.start()
     try:
@@ -139,21 +145,63 @@ def instrument(profile_functions: bool) -> None:
         inline.call_handler = call_handler
 
 
-def sparse_version_reads(k: int) -> None:
-    """What-if for the learner: a real ``latest_version()`` round trip every ``k`` calls."""
-    from store.params import ParamStore
+class ProcessCPU:
+    """CPU seconds of every process of the run, by role, sampled from a thread.
 
-    orig = ParamStore.latest_version
-    state: dict[int, list[Any]] = {}
+    The functions run in runtime worker processes and Redis in its own process: their CPU is
+    where the two cores go, and it is invisible to this process's profilers. Samples each
+    descendant (and any redis-server) every ``interval`` s and keeps the last reading per pid,
+    so processes that exit before the end still count up to their last sample.
+    """
 
-    def latest_version(self: Any) -> Any:
-        n, last = state.get(id(self), [0, None])
-        if n % k == 0 or last is None:
-            last = orig(self)
-        state[id(self)] = [n + 1, last]
-        return last
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.last: dict[int, tuple[str, float]] = {}
+        self.base: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
 
-    ParamStore.latest_version = latest_version
+    @staticmethod
+    def _role(proc: psutil.Process) -> str:
+        cmd = " ".join(proc.cmdline())
+        if "redis-server" in cmd or proc.name().startswith("redis"):
+            return "redis-server"
+        if proc.ppid() == os.getpid() and "runtime" in cmd:
+            return "runtime server (HTTP API, billing)"
+        return "runtime workers (actor and learner functions)"
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        procs = me.children(recursive=True)
+        procs += [p for p in psutil.process_iter() if p.pid not in {c.pid for c in procs}
+                  and "redis-server" in p.name()]
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    t = proc.cpu_times()
+                    cpu = t.user + t.system
+                    role = self.last[proc.pid][0] if proc.pid in self.last else self._role(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            self.base.setdefault(proc.pid, cpu if not self.last else 0.0)
+            self.last[proc.pid] = (role, cpu)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        self._sample()  # what existed before the run (e.g. a shared redis-server) is a baseline
+        self._thread.start()
+
+    def stop(self) -> dict[str, float]:
+        self._sample()
+        self._stop.set()
+        self._thread.join(timeout=5)
+        out: dict[str, float] = defaultdict(float)
+        for pid, (role, cpu) in self.last.items():
+            out[role] += cpu - self.base.get(pid, 0.0)
+        return dict(out)
 
 
 def write_profiles(out: Path) -> dict[str, str]:
@@ -180,29 +228,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--actors", type=int, default=2)
     p.add_argument("--learners", type=int, default=1)
     p.add_argument("--buffer-max", type=int, help="H_max (default: learners)")
-    p.add_argument("--version-read-every", type=int, default=1, help="what-if (inline only): "
-                   "the learner's per-minibatch latest_version() does a real Redis read only "
-                   "every K calls and returns the last value otherwise")
+    p.add_argument("--no-profiler", action="store_true",
+                   help="no pyinstrument: the CPU numbers without the profiler's own overhead")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any TrainConfig field, e.g. --set publish_interval_ms=10")
     p.add_argument("--out", default="benchmarks/out/profile")
     a = p.parse_args(argv)
-    name = a.backend + (f"-H{a.buffer_max}" if a.buffer_max else "") + (
-        f"-vread{a.version_read_every}" if a.version_read_every > 1 else "")
+    name = a.backend + (f"-H{a.buffer_max}" if a.buffer_max else "") + "".join(
+        f"-{kv.replace('=', '')}" for kv in a.set)
     out = Path(a.out) / name
     out.mkdir(parents=True, exist_ok=True)
+    global PROFILE
+    PROFILE = not a.no_profiler
+    if a.no_profiler:
+        name += "-noprof"
+        out = Path(a.out) / name
+        out.mkdir(parents=True, exist_ok=True)
     instrument(profile_functions=a.backend == "inline")
-    if a.version_read_every > 1:
-        if a.backend != "inline":
-            p.error("--version-read-every patches this process: use --backend inline")
-        sparse_version_reads(a.version_read_every)
-    cfg = load_config(None, {"buffer_max": a.buffer_max,
+    overrides = dict(kv.split("=", 1) for kv in a.set)
+    cfg = load_config(None, {**overrides, "buffer_max": a.buffer_max,
         "env": a.env, "mode": "async", "backend": a.backend, "minutes": a.minutes,
         "actors": a.actors, "learners": a.learners, "run_dir": str(out / "run"), "restart": True,
         "progress": "none", "eval_interval_s": 0,
     })
     load0 = os.getloadavg()[0]
     cpu0 = time.process_time()
+    processes = ProcessCPU()
+    processes.start()
     summary = _profiled("dispatcher", run.train, cfg)
     cpu = time.process_time() - cpu0
+    process_cpu = {"orchestrator": cpu, **processes.stop()}
     steps = max(1, int(summary["env_steps"]))
     wall = float(summary["wall_s"])
     us = 1e6 / steps
@@ -225,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     busy = sum(rows.values())
     breakdown = {
         "env": a.env, "backend": a.backend, "actors": a.actors, "learners": a.learners,
-        "buffer_max": a.buffer_max, "version_read_every": a.version_read_every,
+        "buffer_max": a.buffer_max, "overrides": overrides, "process_cpu_s": process_cpu,
         "wall_s": wall, "env_steps": steps, "sps": steps / wall, "load_before": load0,
         "load_after": os.getloadavg()[0], "orchestrator_cpu_s": cpu,
         "return": summary.get("mean_return"), "aggregations": COUNTS["aggregator.apply_s"],
@@ -246,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:64s} {v:8.2f} {v * us:9.1f}")
     print(f"{'wall-clock':64s} {wall:8.2f} {wall * us:9.1f}")
     print(f"orchestrator process CPU (all its threads): {cpu:.2f} s = {cpu * us:.1f} us/step")
+    print("CPU by process (s, us/step, share of 2 cores x wall):")
+    for role, sec in sorted(process_cpu.items(), key=lambda kv: -kv[1]):
+        print(f"  {role:62s} {sec:8.2f} {sec * us:9.1f} {100 * sec / (2 * wall):5.1f}%")
     print(f"overhead (store + invocation + aggregation): {overhead:.2f} s = "
           f"{100 * breakdown['overhead_frac_of_busy']:.1f}% of busy time, "
           f"{100 * breakdown['overhead_frac_of_2core_wall']:.1f}% of 2 cores x wall")

@@ -30,7 +30,7 @@ import redis
 import torch
 
 from functions import ppo
-from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
+from functions.messages import Gradient, Layout, LearnerEvent, PPOHyper, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
 from functions.policy import ActorCritic, build_policy, load_policy_tensors, policy_meta
 from functions.policy import policy_tensors as to_tensors
@@ -152,6 +152,7 @@ class Flat:
     returns: torch.Tensor
     behaviour_version: torch.Tensor
     logratio_others: torch.Tensor  # [B, k]
+    logprobs_prox: torch.Tensor  # [B] the learner's starting policy ("decoupled"; else mu's)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -187,10 +188,13 @@ def build_batch(
                     ro.rewards, values, ro.next_values, ro.terminated, ro.truncated,
                     hyper.gamma, hyper.gae_lambda)
             other_lr = [m.log_prob_entropy(ro.obs, ro.actions)[0] - ro.logprobs for m in others]
+            prox = (model.log_prob_entropy(ro.obs, ro.actions)[0]
+                    if hyper.is_correction == "decoupled" else ro.logprobs)
             t_len, n = ro.shape
             parts["obs"].append(_flat(ro.obs))
             parts["actions"].append(_flat(ro.actions))
             parts["logprobs"].append(_flat(ro.logprobs))
+            parts["logprobs_prox"].append(_flat(prox))
             parts["values"].append(_flat(values))
             parts["advantages"].append(_flat(adv))
             parts["returns"].append(_flat(returns))
@@ -243,7 +247,8 @@ def _loss(model: ActorCritic, b: Flat, idx: torch.Tensor, hyper: PPOHyper):
         newlogprob, entropy, newvalue, b.logprobs[idx], b.advantages[idx], b.returns[idx],
         b.values[idx], logratio_others=b.logratio_others[idx], clip_coef=hyper.clip_coef,
         ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef, norm_adv=hyper.norm_adv,
-        clip_vloss=hyper.clip_vloss, is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
+        clip_vloss=hyper.clip_vloss, is_correction=hyper.is_correction, rho_bar=hyper.rho_bar,
+        logprob_prox=b.logprobs_prox[idx])
 
 
 class _GradientWriter:
@@ -270,8 +275,8 @@ class _GradientWriter:
         self._newest: PolicySnapshot | None = None
 
     def _write(self, grad: Gradient) -> str | None:
-        entry = self.rs.grads.append(grad.meta(), grad.to_blob(), dedupe_id=grad.dedupe_id)
-        snap = self.rs.params.fetch_if_newer(self._known)
+        entry, snap = self.rs.append_and_poll(
+            self.rs.grads, grad.meta(), grad.to_blob(), grad.dedupe_id, self._known)
         if snap is not None:
             with self._lock:
                 self._known = snap.version
@@ -368,6 +373,15 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     return result
 
 
+def _layout(model: ActorCritic) -> Layout:
+    return tuple((n, tuple(p.shape)) for n, p in model.named_parameters())
+
+
+def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel())
+                      for p in params])
+
+
 def _explained_variance(b: Flat) -> float:
     return ppo.explained_variance(b.values, b.returns)
 
@@ -382,7 +396,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     stats = _Stats()
     versions_used: list[int] = []
     params = list(model.parameters())
-    names = [n for n, _ in model.named_parameters()]
+    layout = _layout(model)
     writer = _GradientWriter(rs, pol.version)
     try:
         for epoch in range(hyper.update_epochs):
@@ -397,19 +411,20 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     if pol.model is not model:  # rebuilt (new shape): new parameter objects
                         model = pol.model
                         params = list(model.parameters())
-                        names = [n for n, _ in model.named_parameters()]
+                        layout = _layout(model)
                 if not versions_used or versions_used[-1] != pol.version:
                     versions_used.append(pol.version)
-                model.zero_grad(set_to_none=True)
+                for p in params:  # cheaper than Module.zero_grad, which walks every submodule
+                    p.grad = None
                 loss, mb_stats = _loss(model, batch, idx, hyper)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, hyper.max_grad_norm)
                 stats.add(mb_stats)
-                writer.submit(Gradient(
-                    # copies: the writer thread serialises them while the next backward runs
-                    grads={n: p.grad.detach().cpu().numpy().copy() if p.grad is not None
-                           else np.zeros(tuple(p.shape), np.float32)
-                           for n, p in zip(names, params, strict=True)},
+                writer.submit(Gradient.from_flat(
+                    # one cat: a fresh flat copy the writer thread serialises while the next
+                    # backward runs
+                    _flat_grad(params).cpu().numpy(),
+                    layout,
                     invocation_id=ev.invocation_id,
                     epoch=epoch,
                     minibatch=mb,

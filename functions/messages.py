@@ -8,6 +8,7 @@ any work; a malformed one raises :class:`InvalidEvent` naming the offending fiel
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ class PPOHyper(BaseModel):
     norm_adv: bool = True
     clip_vloss: bool = True
     learning_rate: float = Field(3e-4, gt=0.0)
-    is_correction: Literal["none", "truncate", "vtrace"] = "truncate"
+    is_correction: Literal["none", "truncate", "vtrace", "decoupled"] = "truncate"
     rho_bar: float = Field(1.0, ge=1.0)  # the paper's cap; >= 1 by definition
     c_bar: float = Field(1.0, gt=0.0)
 
@@ -276,9 +277,38 @@ class Trajectory:
         )
 
 
+Layout = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def flat_layout(grads: Mapping[str, np.ndarray]) -> Layout:
+    """``(name, shape)`` of each named array, in order: how a flat vector splits back."""
+    return tuple((name, tuple(int(d) for d in np.shape(a))) for name, a in grads.items())
+
+
+def split_flat(flat: np.ndarray, layout: Layout) -> dict[str, np.ndarray]:
+    """Named views into ``flat`` (no copies), in ``layout`` order."""
+    out, offset = {}, 0
+    for name, shape in layout:
+        n = math.prod(shape)
+        if min(shape, default=0) < 0 or offset + n > flat.size:
+            raise CorruptBlob(f"gradient layout entry {name!r} {shape} does not fit its "
+                              f"{flat.size} numbers")
+        out[name] = flat[offset:offset + n].reshape(shape)
+        offset += n
+    if offset != flat.size:
+        raise CorruptBlob(f"gradient has {flat.size} numbers, its layout describes {offset}")
+    return out
+
+
 @dataclass
 class Gradient:
-    """One minibatch gradient, keyed by the policy's ``named_parameters()`` names."""
+    """One minibatch gradient, keyed by the policy's ``named_parameters()`` names.
+
+    On the wire it is **one** flat float32 vector plus its layout (names and shapes) in the
+    JSON metadata: one tensor to encode, decode, weight and apply instead of one per
+    parameter — a gradient crosses two processes for every minibatch, so this path is hot.
+    ``grads`` are views into ``flat``.
+    """
 
     grads: dict[str, np.ndarray]
     invocation_id: str
@@ -287,10 +317,23 @@ class Gradient:
     version_used: int
     n_samples: int
     behaviour_versions: list[int] = field(default_factory=list)
+    flat: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_flat(cls, flat: np.ndarray, layout: Layout, **fields: Any) -> Gradient:
+        flat = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1)
+        return cls(grads=split_flat(flat, layout), flat=flat, **fields)
 
     @property
     def dedupe_id(self) -> str:
         return f"{self.invocation_id}:{self.epoch}:{self.minibatch}"
+
+    def flat_vector(self) -> np.ndarray:
+        """The gradient as one float32 vector in ``grads`` order."""
+        if self.flat is None:
+            self.flat = np.concatenate(
+                [np.asarray(g, dtype=np.float32).reshape(-1) for g in self.grads.values()])
+        return self.flat
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -304,7 +347,9 @@ class Gradient:
         }
 
     def to_blob(self) -> bytes:
-        return encode(self.grads, self.meta())
+        meta = self.meta()
+        meta["layout"] = [[name, list(shape)] for name, shape in flat_layout(self.grads)]
+        return encode({"flat": self.flat_vector()}, meta)
 
     @classmethod
     def from_blob(cls, blob: bytes) -> Gradient:
@@ -313,8 +358,7 @@ class Gradient:
             raise CorruptBlob(f"blob is not a gradient (kind={meta.get('kind')!r})")
         _check_kinds("gradient", arrays, dict.fromkeys(arrays, "f"))
         try:
-            return cls(
-                grads=arrays,
+            fields = dict(
                 invocation_id=str(meta["invocation_id"]),
                 epoch=int(meta["epoch"]),
                 minibatch=int(meta["minibatch"]),
@@ -322,5 +366,13 @@ class Gradient:
                 n_samples=int(meta["n_samples"]),
                 behaviour_versions=[int(v) for v in meta.get("behaviour_versions", [])],
             )
+            layout = meta.get("layout")
+            if layout is None:  # one tensor per parameter (blobs written before the flat format)
+                return cls(grads=arrays, **fields)
+            parsed: Layout = tuple((str(name), tuple(int(d) for d in shape)) for name, shape in layout)
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBlob(f"gradient blob metadata is incomplete: {exc!r}") from exc
+        if set(arrays) != {"flat"} or arrays["flat"].ndim != 1:
+            raise CorruptBlob(f"flat gradient blob must hold one 1-D 'flat' array, has {sorted(arrays)}")
+        flat = arrays["flat"].astype(np.float32, copy=False)
+        return cls(grads=split_flat(flat, parsed), flat=flat, **fields)

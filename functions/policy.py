@@ -174,10 +174,18 @@ def policy_tensors(
     obs_rms = obs_rms or RunningMeanStd((model.obs_dim,))
     ret_rms = ret_rms or RunningMeanStd(())
     for prefix, rms in (("obs_rms", obs_rms), ("ret_rms", ret_rms)):
-        out[f"{prefix}.mean"] = np.asarray(rms.mean, dtype=np.float64).reshape(-1)
-        out[f"{prefix}.var"] = np.asarray(rms.var, dtype=np.float64).reshape(-1)
-        out[f"{prefix}.count"] = np.asarray([rms.count], dtype=np.float64)
+        for key, value in rms_tensors(rms).items():
+            out[f"{prefix}.{key}"] = value
     return out
+
+
+def rms_tensors(rms: RunningMeanStd) -> dict[str, np.ndarray]:
+    """A normaliser's statistics as the arrays a published version carries."""
+    return {
+        "mean": np.asarray(rms.mean, dtype=np.float64).reshape(-1),
+        "var": np.asarray(rms.var, dtype=np.float64).reshape(-1),
+        "count": np.asarray([rms.count], dtype=np.float64),
+    }
 
 
 def load_policy_tensors(

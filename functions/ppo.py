@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-ISCorrection = Literal["none", "truncate", "vtrace"]
+ISCorrection = Literal["none", "truncate", "vtrace", "decoupled"]
 _TRUNC_TOL = 1e-5
 
 
@@ -95,7 +95,7 @@ def is_weights(
     lr_self = logratio_self.detach()
     if is_correction == "none":
         return torch.ones_like(lr_self), torch.zeros_like(lr_self, dtype=torch.bool)
-    if is_correction not in ("truncate", "vtrace"):
+    if is_correction not in ("truncate", "vtrace", "decoupled"):
         raise ValueError(f"unknown is_correction {is_correction!r}")
     log_r = torch.clamp(lr_self, max=math.log(rho_bar))
     if logratio_others is not None and logratio_others.numel():
@@ -123,13 +123,34 @@ def ppo_loss(
     clip_vloss: bool = True,
     is_correction: ISCorrection = "truncate",
     rho_bar: float = 1.0,
+    logprob_prox: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with IS correction + (clipped) value loss - entropy bonus.
 
     ``L_pi = -mean( sg(R'/r_self) * min(r_self*A, clip(r_self, 1-eps, 1+eps)*A) )``, with
     ``r_self = pi_self / mu``. Stats use CleanRL's names (without the ``losses/`` prefix).
+
+    ``decoupled`` (needs ``logprob_prox``, the log-probs of the policy the learner started
+    its batch with): the trust region is centred on that *proximal* policy instead of the
+    stale behaviour policy, and the paper's truncated weight carries the off-policy part:
+    ``L_pi = -mean( sg(R') * min(r_prox*A, clip(r_prox, 1-eps, 1+eps)*A) )``,
+    ``r_prox = pi_self / pi_prox``, ``R' = min(pi_prox/mu, min_i r_i, rho_bar)`` (decoupled
+    PPO, Hilton et al. 2022). Inside the clip a sample's gradient is again ``R'*A*grad log
+    pi`` scaled by ``r_prox``; with fresh data (``pi_prox = mu``) it is standard PPO. Stale
+    data no longer spends PPO's trust region before the first step.
     """
-    logratio = newlogprob - logprob_mu
+    if is_correction == "decoupled":
+        if logprob_prox is None:
+            raise ValueError("is_correction 'decoupled' needs logprob_prox")
+        lr_prox_mu = (logprob_prox - logprob_mu).detach()
+        logratio = newlogprob - logprob_prox.detach()
+        log_r = torch.clamp(lr_prox_mu, max=math.log(rho_bar))  # R' in log space: no overflow
+        if logratio_others is not None and logratio_others.numel():
+            log_r = torch.minimum(log_r, logratio_others.detach().min(dim=-1).values)
+        weight = log_r.exp()
+        truncated = log_r < lr_prox_mu + math.log1p(-_TRUNC_TOL)  # cut below pi_prox / mu
+    else:
+        logratio = newlogprob - logprob_mu
     ratio = logratio.exp()
     with torch.no_grad():
         old_approx_kl = (-logratio).mean()
@@ -143,7 +164,8 @@ def ppo_loss(
     pg_loss1 = -mb_advantages * ratio
     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
     pg_per_sample = torch.max(pg_loss1, pg_loss2)
-    weight, truncated = is_weights(logratio, logratio_others, is_correction, rho_bar)
+    if is_correction != "decoupled":
+        weight, truncated = is_weights(logratio, logratio_others, is_correction, rho_bar)
     if is_correction != "none":
         pg_per_sample = weight * pg_per_sample
     pg_loss = pg_per_sample.mean()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from functions.messages import Gradient
+from functions.messages import Gradient, flat_layout, split_flat
 
 
 @dataclass(frozen=True)
@@ -129,12 +129,17 @@ class StalenessAggregator:
             for d in deltas
         ]
         h = len(self.buffer)
-        names = self.buffer[0].gradient.grads.keys()
-        mean = {
-            name: sum(w * np.asarray(b.gradient.grads[name], dtype=np.float32)
-                      for w, b in zip(weights, self.buffer, strict=True)) / h
-            for name in names
-        }
+        first = self.buffer[0].gradient
+        # One fused multiply-add per buffered gradient over its flat vector (H is small).
+        flat = weights[0] * first.flat_vector()
+        for w, b in zip(weights[1:], self.buffer[1:], strict=True):
+            other = b.gradient.flat_vector()
+            if other.shape != flat.shape:
+                raise ValueError(f"gradient {b.gradient.dedupe_id} has {other.size} numbers, "
+                                 f"the buffer's first has {flat.size}")
+            flat += w * other
+        flat /= h
+        mean = split_flat(flat.astype(np.float32, copy=False), flat_layout(first.grads))
         out = Aggregate(
             grads=mean,
             weights=weights,

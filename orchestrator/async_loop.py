@@ -55,9 +55,10 @@ class AsyncTrainer(Trainer):
         ))
         self.scaler = ActorScaler(cfg)
         self._stop = threading.Event()
-        self._to_ack: list[str] = []
+        self._to_ack: list[str] = []  # applied, their version not yet published
+        self._acks_ready: list[str] = []  # applied and published: acknowledged with the next read
+        self._window_start = 0.0
         self._actor_steps = cfg.n_envs * cfg.rollout_steps
-        self._last_publish = 0.0
         self._agg_error: BaseException | None = None
         agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
         agg_thread.start()
@@ -199,11 +200,26 @@ class AsyncTrainer(Trainer):
 
     # -- aggregator thread ----------------------------------------------------------------------
     def _aggregate_forever(self) -> None:
+        """Read, aggregate and publish, one batching window at a time.
+
+        Each window is one round trip that acknowledges the gradients published in the last
+        window and claims the new ones, the Adam steps the buffer rule asks for, and one
+        publish. Waiting out ``publish_interval_ms`` between windows lets the gradients that
+        arrive meanwhile share that work: on two cores, reading, acknowledging and
+        publishing once per gradient cost more CPU than the gradient itself.
+        """
+        interval = self.cfg.publish_interval_ms / 1000.0
         while not self._stop.is_set():
+            wait_s = self._window_start + interval - time.monotonic()
+            if wait_s > 0 and self._stop.wait(wait_s):
+                break
+            self._window_start = time.monotonic()
+            acks, self._acks_ready = self._acks_ready, []
             try:
-                block = int(min(100, max(1, self.cfg.publish_interval_ms))) if self.cfg.publish_interval_ms else 100
-                entries = self.rs.grads.read(GROUP, "orchestrator", count=64, block_ms=block)
+                entries = self.rs.grads.ack_and_read(GROUP, "orchestrator", acks, count=256,
+                                                     block_ms=100)
             except StoreError as exc:
+                self._acks_ready = acks + self._acks_ready  # acknowledged with the next read
                 self.counters.store_errors += 1
                 self.counters.last_errors.append(f"grads read: {exc}")
                 self._stop.wait(0.5)
@@ -229,11 +245,11 @@ class AsyncTrainer(Trainer):
             grad = Gradient.from_blob(blob or b"")
         except CorruptBlob as exc:
             self.counters.last_errors.append(f"corrupt gradient {entry_id}: {exc}")
-            self.rs.grads.ack(GROUP, [entry_id])
+            self._acks_ready.append(entry_id)  # never applied: acknowledged with the next read
             return
         status = self.aggregator.offer(grad, entry_id, self.master.version, time.monotonic())
         if status != "buffered":
-            self.rs.grads.ack(GROUP, [entry_id])
+            self._acks_ready.append(entry_id)
 
     def _apply_while_ready(self) -> None:
         agg = self.aggregator
@@ -248,23 +264,25 @@ class AsyncTrainer(Trainer):
             self._to_ack.extend(out.entry_ids)
 
     def _publish_if_moved(self, force: bool = False) -> None:
-        """Publish the newest version once per batch of gradients read from the stream.
+        """Publish the newest version once per batching window.
 
-        While the aggregator keeps up this is once per aggregation (the paper's rule); when a
-        burst of gradients is waiting it applies them all, one Adam step each (versions still
-        count aggregations), and publishes only the last: readers only ever want the latest.
+        While the aggregator keeps up this is once per aggregation (the paper's rule); when
+        several gradients arrived in a window it applies them all, one Adam step each
+        (versions still count aggregations), and publishes only the last: readers only ever
+        want the latest. Applied gradients are acknowledged once their version is published
+        (with the next read; at the end, here).
         """
-        now = time.monotonic()
-        if not force and now - self._last_publish < self.cfg.publish_interval_ms / 1000.0:
-            return  # the aggregator wakes at least that often and publishes then
         try:
             with self.lock:
                 if self.master.published_version != self.master.version:
                     self.master.publish(self.rs)
-                    self._last_publish = now
             if self._to_ack:
-                self.rs.grads.ack(GROUP, self._to_ack)
+                self.flush_applied_log()
+                self._acks_ready.extend(self._to_ack)
                 self._to_ack.clear()
+            if force and self._acks_ready:
+                self.rs.grads.ack(GROUP, self._acks_ready)
+                self._acks_ready.clear()
         except StoreError as exc:
             # Applied in the master already; the store guard republishes when Redis is back.
             self.counters.store_errors += 1

@@ -62,7 +62,7 @@ def _train_parser(sub: Any) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument("--n-envs", type=int)
     p.add_argument("--rollout-steps", type=int)
-    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace"])
+    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"])
     p.add_argument("--no-staleness-weights", dest="staleness_weights", action="store_false", default=None)
     p.add_argument("--no-bound-decay", dest="bound_decay", action="store_false", default=None)
     p.add_argument("--progress", choices=["auto", "rich", "plain", "none"])

@@ -77,8 +77,11 @@ class TrainConfig(BaseModel):
         2.0, gt=0, description="Aggregate whatever is buffered after waiting this long."
     )
     publish_interval_ms: float = Field(
-        0.0, ge=0, description="Publish a new version at most this often (0: after every batch "
-        "of gradients read). Versions still count aggregations; readers only want the latest."
+        5.0, ge=0, description="Batching window of the aggregator: read, apply and publish at "
+        "most this often (0: as soon as gradients arrive). Every gradient is still its own "
+        "aggregation and version; only the latest is published. On 2 cores 5 ms took Hopper "
+        "from 3,900 to 4,600 env steps/s for ~2 more versions of gradient staleness "
+        "(benchmarks/RESULTS.md)."
     )
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this."

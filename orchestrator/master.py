@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from functions.learner import ADAM_EPS, OPTIMIZER_STATE, adam_state_tensors, load_adam_state
+from functions.learner import ADAM_EPS, OPTIMIZER_STATE, load_adam_state
 from functions.messages import PolicySpec
 from functions.normalizer import RunningMeanStd
-from functions.policy import init_policy, load_policy_tensors, policy_meta, policy_tensors
+from functions.policy import init_policy, load_policy_tensors, policy_meta, rms_tensors
 from store import RunStore
 
 _OPT_PREFIX = "optim."
@@ -25,30 +25,49 @@ _OPT_PREFIX = "optim."
 class MasterPolicy:
     def __init__(self, env_id: str, spec: PolicySpec, seed: int, learning_rate: float) -> None:
         self.model, _ = init_policy(env_id, spec, seed)
-        # foreach: one fused pass over the parameter list (about 2x faster on CPU for a small
-        # MLP); the aggregator takes one step per gradient, so this is on the hot path.
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=learning_rate, eps=ADAM_EPS,
-                                          foreach=True)
+        self._named = dict(self.model.named_parameters())
+        # Every parameter is a view into one flat vector, and Adam steps that vector: Adam is
+        # elementwise, so this is the same update as per-parameter Adam, in ~10 tensor ops
+        # instead of ~10 per parameter. The aggregator takes one step per gradient.
+        self.flat = torch.nn.Parameter(
+            torch.cat([p.detach().reshape(-1) for p in self._named.values()]))
+        offset = 0
+        self._slices: dict[str, slice] = {}
+        for name, p in self._named.items():
+            self._slices[name] = slice(offset, offset + p.numel())
+            p.data = self.flat.data[self._slices[name]].view_as(p)
+            offset += p.numel()
+        # fused: one CPU/CUDA kernel for the whole step (35 -> 23 us on this machine)
+        self.optimizer = torch.optim.Adam([self.flat], lr=learning_rate, eps=ADAM_EPS, fused=True)
         self.obs_rms = RunningMeanStd((self.model.obs_dim,))
         self.ret_rms = RunningMeanStd(())
         self.version = 0
         self.published_version = -1  # the newest version the store has from us
-        self._params = dict(self.model.named_parameters())
         self.meta = policy_meta(self.model)
 
     # -- learning -------------------------------------------------------------------------------
-    def apply(self, grads: Mapping[str, np.ndarray]) -> None:
-        """One Adam step with an aggregated gradient; the version moves on by one."""
-        missing = set(self._params) - set(grads)
-        if missing:
-            raise ValueError(f"aggregated gradient lacks parameters {sorted(missing)}")
-        for name, p in self._params.items():
-            g = np.asarray(grads[name], dtype=np.float32)
-            if g.shape != tuple(p.shape):
-                raise ValueError(f"gradient {name!r} has shape {g.shape}, expected {tuple(p.shape)}")
-            p.grad = torch.from_numpy(np.array(g, copy=True))
+    def apply(self, grads: Mapping[str, np.ndarray] | np.ndarray) -> None:
+        """One Adam step with an aggregated gradient (named arrays, or one flat vector in
+        ``named_parameters()`` order); the version moves on by one."""
+        if isinstance(grads, np.ndarray):
+            flat = np.asarray(grads, dtype=np.float32).reshape(-1)
+            if flat.size != self.flat.numel():
+                raise ValueError(f"flat gradient has {flat.size} numbers, the policy has "
+                                 f"{self.flat.numel()}")
+            grad = torch.from_numpy(np.array(flat, copy=True))
+        else:
+            missing = set(self._named) - set(grads)
+            if missing:
+                raise ValueError(f"aggregated gradient lacks parameters {sorted(missing)}")
+            grad = torch.empty_like(self.flat.data)
+            for name, p in self._named.items():
+                g = np.asarray(grads[name], dtype=np.float32)
+                if g.shape != tuple(p.shape):
+                    raise ValueError(f"gradient {name!r} has shape {g.shape}, expected {tuple(p.shape)}")
+                grad[self._slices[name]] = torch.from_numpy(g.reshape(-1))
+        self.flat.grad = grad
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.flat.grad = None
         self.version += 1
 
     def merge_stats(self, obs_stats: Mapping[str, Any] | None, ret_stats: Mapping[str, Any] | None) -> None:
@@ -58,7 +77,14 @@ class MasterPolicy:
 
     # -- the store ------------------------------------------------------------------------------
     def tensors(self) -> dict[str, np.ndarray]:
-        return policy_tensors(self.model, self.obs_rms, self.ret_rms)
+        # Views into the flat vector, no copies: the caller encodes them at once, under the
+        # trainer's lock, before the next Adam step can move them.
+        flat = self.flat.detach().numpy()
+        out = {name: flat[sl].reshape(self._named[name].shape) for name, sl in self._slices.items()}
+        for prefix, rms in (("obs_rms", self.obs_rms), ("ret_rms", self.ret_rms)):
+            for key, value in rms_tensors(rms).items():
+                out[f"{prefix}.{key}"] = value
+        return out
 
     def publish(self, rs: RunStore, allow_rewind: bool = False) -> None:
         rs.params.publish(self.version, self.tensors(), self.meta, allow_rewind=allow_rewind)
@@ -71,18 +97,43 @@ class MasterPolicy:
         self.version = self.published_version = snap.version
         state = rs.get_state(OPTIMIZER_STATE)
         if state is not None:
-            load_adam_state(self.optimizer, self.model, state[0])
+            self._load_optimizer_state(state[0])
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_tensors(self) -> dict[str, np.ndarray]:
-        out = self.tensors()
-        out.update({f"{_OPT_PREFIX}{k}": v for k, v in adam_state_tensors(self.model, self.optimizer).items()})
+        out = {k: np.array(v) for k, v in self.tensors().items()}
+        out.update({f"{_OPT_PREFIX}{k}": v for k, v in self.optimizer_state().items()})
         return out
 
     def load_state(self, tensors: Mapping[str, np.ndarray], version: int) -> None:
         self.obs_rms, self.ret_rms = load_policy_tensors(self.model, tensors)
-        load_adam_state(self.optimizer, self.model, tensors, prefix=_OPT_PREFIX)
+        self._load_optimizer_state(tensors, prefix=_OPT_PREFIX)
         self.version = int(version)
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
-        return adam_state_tensors(self.model, self.optimizer)
+        """Adam's moments per parameter name — the format the sync learner saves too."""
+        state = self.optimizer.state.get(self.flat)
+        if not state:
+            return {}
+        avg, avg_sq = state["exp_avg"].detach().numpy(), state["exp_avg_sq"].detach().numpy()
+        step = np.asarray([float(state["step"])], dtype=np.float64)
+        out: dict[str, np.ndarray] = {}
+        for name, sl in self._slices.items():
+            shape = tuple(self._named[name].shape)
+            out[f"exp_avg.{name}"] = avg[sl].reshape(shape).copy()
+            out[f"exp_avg_sq.{name}"] = avg_sq[sl].reshape(shape).copy()
+            out[f"step.{name}"] = step.copy()
+        return out
+
+    def _load_optimizer_state(self, arrays: Mapping[str, np.ndarray], prefix: str = "") -> bool:
+        """Install per-name Adam moments (all or nothing, as :func:`load_adam_state`)."""
+        scratch = torch.optim.Adam(self.model.parameters(), lr=1.0)
+        if not load_adam_state(scratch, self.model, arrays, prefix=prefix):
+            return False
+        states = [scratch.state[p] for p in self._named.values()]
+        self.optimizer.state[self.flat] = {
+            "step": states[0]["step"].clone(),
+            "exp_avg": torch.cat([st["exp_avg"].reshape(-1) for st in states]),
+            "exp_avg_sq": torch.cat([st["exp_avg_sq"].reshape(-1) for st in states]),
+        }
+        return True

@@ -288,8 +288,12 @@ class Trainer:
         return True
 
     def log_applied(self, dedupe_ids: list[str], version: int) -> None:
+        # Flushed by flush_applied_log() before the gradients are acknowledged: one write
+        # syscall per batch of gradients read, not one per Adam step.
         for d in dedupe_ids:
             self._applied_log.write(f"{version} {d}\n")
+
+    def flush_applied_log(self) -> None:
         self._applied_log.flush()
 
     def summary(self) -> dict[str, Any]:

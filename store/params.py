@@ -125,12 +125,16 @@ class ParamStore:
 
     def fetch_if_newer(self, known_version: int | None) -> PolicySnapshot | None:
         """The latest snapshot, or ``None`` when it is still ``known_version`` (one round trip)."""
+        keys, args = self.fetch_command(known_version)
+        return self.fetch_reply(
+            self.store.call(lambda r: self._fetch_latest(keys=keys, args=args, client=r)))
+
+    def fetch_command(self, known_version: int | None) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of the fetch-if-newer script (for callers pipelining it)."""
         known = "" if known_version is None else str(int(known_version))
-        reply = self.store.call(
-            lambda r: self._fetch_latest(
-                keys=[self.keys.params_latest, self.keys.params_latest_blob], args=[known], client=r
-            )
-        )
+        return [self.keys.params_latest, self.keys.params_latest_blob], [known]
+
+    def fetch_reply(self, reply: Any) -> PolicySnapshot | None:
         if not reply:
             raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
         if len(reply) == 1:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import redis
+
 from store import serde
 from store.connection import Store
 from store.keys import RunKeys
-from store.params import ParamStore
+from store.params import ParamStore, PolicySnapshot
 from store.streams import Stream
 
 
@@ -51,6 +53,35 @@ class RunStore:
         self.traj = Stream(store, run_id, "traj", maxlen=traj_maxlen)
         self.grads = Stream(store, run_id, "grads", maxlen=grads_maxlen)
         self.meta = RunMeta(store, run_id)
+
+    def append_and_poll(
+        self, stream: Stream, meta: Mapping[str, Any], blob: bytes | None, dedupe_id: str | None,
+        known_version: int | None,
+    ) -> tuple[str | None, PolicySnapshot | None]:
+        """``stream.append(...)`` and ``params.fetch_if_newer(known_version)`` in one round trip.
+
+        A learner streams a gradient and picks up the newest policy every minibatch: two
+        scripts in one pipeline halve the round trips (and their CPU, on few cores). The
+        scripts run by SHA; one the server lost (a restart) is reloaded and run alone.
+        """
+        akeys, aargs = stream.append_command(meta, blob, dedupe_id)
+        fkeys, fargs = self.params.fetch_command(known_version)
+        scripts = [(stream._append, akeys, aargs), (self.params._fetch_latest, fkeys, fargs)]
+
+        def do(r: redis.Redis) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for script, keys, args in scripts:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = pipe.execute(raise_on_error=False)
+            for i, (script, keys, args) in enumerate(scripts):
+                if isinstance(replies[i], redis.exceptions.NoScriptError):
+                    replies[i] = script(keys=keys, args=args, client=r)  # loads it, runs it
+                elif isinstance(replies[i], Exception):
+                    raise replies[i]
+            return replies
+
+        append_reply, fetch_reply = self.store.call(do)
+        return Stream.append_reply(append_reply), self.params.fetch_reply(fetch_reply)
 
     def put_state(self, name: str, tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
         """Store a named tensor blob (safetensors), e.g. optimizer state between sync rounds."""

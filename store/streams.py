@@ -99,6 +99,13 @@ class Stream:
         dedupe_id: str | None = None,
     ) -> str | None:
         """Add an entry; returns its id, or ``None`` when ``dedupe_id`` was already added."""
+        keys, args = self.append_command(meta, blob, dedupe_id)
+        return self.append_reply(self.store.call(lambda r: self._append(keys=keys, args=args, client=r)))
+
+    def append_command(
+        self, meta: Mapping[str, Any], blob: bytes | None = None, dedupe_id: str | None = None
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the append script (for callers pipelining it with other reads)."""
         keys = [
             self.key,
             self.keys.stream_seen(self.name, dedupe_id or "-"),
@@ -110,7 +117,10 @@ class Stream:
                            serde.pack_json(meta)]
         if blob is not None:
             args.append(bytes(blob))
-        reply = self.store.call(lambda r: self._append(keys=keys, args=args, client=r))
+        return keys, args
+
+    @staticmethod
+    def append_reply(reply: Any) -> str | None:
         if reply is None:
             return None
         return reply.decode() if isinstance(reply, bytes) else str(reply)
@@ -130,20 +140,45 @@ class Stream:
         self, group: str, consumer: str, count: int = 16, block_ms: int | None = 1000
     ) -> list[Entry]:
         """Claim up to ``count`` new entries for ``consumer``; blocks up to ``block_ms``."""
+        return self.ack_and_read(group, consumer, (), count=count, block_ms=block_ms)
+
+    def ack_and_read(
+        self, group: str, consumer: str, ack_ids: Iterable[str], count: int = 16,
+        block_ms: int | None = 1000, delete: bool = True,
+    ) -> list[Entry]:
+        """Acknowledge (and delete) ``ack_ids``, then claim up to ``count`` new entries.
+
+        One round trip for a consumer's steady state — its previous batch done, the next one
+        wanted — where :meth:`ack` then :meth:`read` would take two.
+        """
+        ack_ids = list(ack_ids)
+
+        def xreadgroup(r: Any) -> Any:
+            return r.xreadgroup(group, consumer, {self.key: ">"}, count=count, block=block_ms)
 
         def do(r: redis.Redis) -> Any:
-            try:
-                return r.xreadgroup(group, consumer, {self.key: ">"}, count=count, block=block_ms)
-            except redis.ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                # The group vanished (e.g. Redis restarted empty): recreate and retry once.
+            pipe = r.pipeline(transaction=False)
+            if ack_ids:
+                pipe.xack(self.key, group, *ack_ids)
+                if delete:
+                    pipe.xdel(self.key, *ack_ids)
+            xreadgroup(pipe)
+            replies = pipe.execute(raise_on_error=False)
+            for reply in replies[:-1]:
+                if isinstance(reply, Exception) and "NOGROUP" not in str(reply):
+                    raise reply
+            reply = replies[-1]
+            if isinstance(reply, redis.ResponseError) and "NOGROUP" in str(reply):
+                # The group vanished (e.g. Redis restarted empty): recreate and read again.
                 r.xgroup_create(self.key, group, id="0", mkstream=True)
-                return r.xreadgroup(group, consumer, {self.key: ">"}, count=count, block=block_ms)
+                return xreadgroup(r)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
 
         reply = self.store.call(do)
         out: list[Entry] = []
-        for _stream, items in reply or []:
+        for _stream, items in reply or []:  # RESP2: [(stream, entries)]
             out.extend(_decode_entry(eid, fields) for eid, fields in items if fields is not None)
         return out
 

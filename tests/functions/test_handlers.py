@@ -250,6 +250,24 @@ def test_vtrace_learner_runs(run_store, redis_url):
     assert out["gradients"] == 4 and np.isfinite(out["losses/value_loss"])
 
 
+def test_decoupled_learner_clips_around_its_own_starting_policy(run_store, redis_url):
+    """Trajectories sampled by version 0, learned by version 1: ``truncate`` measures the clip
+    against the stale behaviour policy, ``decoupled`` against the learner's start (version 1),
+    so on the first minibatch nothing is clipped and only the IS weight carries staleness."""
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1")
+    perturbed(run_store, 1, scale=0.5)
+    hyper = {"update_epochs": 1, "num_minibatches": 1, "learning_rate": 1e-9}
+    trunc = learner.handler(ev(run_store, redis_url, trajectory_ids=ids,
+                               hyper={**hyper, "is_correction": "truncate"}))
+    dec = learner.handler(ev(run_store, redis_url, trajectory_ids=ids,
+                             hyper={**hyper, "is_correction": "decoupled"}))
+    assert trunc["versions_used"] == dec["versions_used"] == [1]
+    assert trunc["losses/clipfrac"] > 0.05 and dec["losses/clipfrac"] == 0.0
+    assert dec["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert 0.0 < dec["losses/is_weight_mean"] < 1.0 and dec["gradients"] == 1
+
+
 def test_update_mode_publishes_and_keeps_adam_state(run_store, redis_url):
     publish_init(run_store, "CartPole-v1")
     ids = sample(run_store, redis_url, n=2)
@@ -345,11 +363,11 @@ def test_reward_scaling_follows_cleanrl_normalize_reward(run_store, redis_url):
 
 
 def test_a_failed_gradient_write_fails_the_invocation(run_store, redis_url, monkeypatch):
-    from store import StoreUnavailable, Stream
+    from store import RunStore, StoreUnavailable
 
     publish_init(run_store, "CartPole-v1")
     ids = sample(run_store, redis_url)
-    orig, calls = Stream.append, {"n": 0}
+    orig, calls = RunStore.append_and_poll, {"n": 0}
 
     def flaky(self, *a, **k):
         calls["n"] += 1
@@ -357,7 +375,7 @@ def test_a_failed_gradient_write_fails_the_invocation(run_store, redis_url, monk
             raise StoreUnavailable("redis://x", ConnectionError("boom"))
         return orig(self, *a, **k)
 
-    monkeypatch.setattr(Stream, "append", flaky)
+    monkeypatch.setattr(RunStore, "append_and_poll", flaky)
     with pytest.raises(StoreUnavailable, match="boom"):
         learner.handler(ev(run_store, redis_url, trajectory_ids=ids,
                            hyper={"update_epochs": 2, "num_minibatches": 4}))

@@ -204,7 +204,7 @@ def _forward(obs, w, actions, newvalue_base):
     return dist.log_prob(actions), dist.entropy(), newvalue_base + (obs @ w) * 0.1
 
 
-@pytest.mark.parametrize("mode", ["none", "truncate", "vtrace"])
+@pytest.mark.parametrize("mode", ["none", "truncate", "vtrace", "decoupled"])
 def test_no_staleness_gives_exactly_the_standard_ppo_loss_and_gradient(mode: str) -> None:
     obs, w, actions, adv, returns, values, nvb = _small_problem()
     newlogprob, entropy, newvalue = _forward(obs, w, actions, nvb)
@@ -215,7 +215,8 @@ def test_no_staleness_gives_exactly_the_standard_ppo_loss_and_gradient(mode: str
 
     newlogprob, entropy, newvalue = _forward(obs, w, actions, nvb)
     loss, stats = ppo.ppo_loss(newlogprob, entropy, newvalue, mu, adv, returns, values,
-                               logratio_others=others, ent_coef=0.01, is_correction=mode)
+                               logratio_others=others, ent_coef=0.01, is_correction=mode,
+                               logprob_prox=mu)  # the learner starts from the behaviour policy
     (grad,) = torch.autograd.grad(loss, w)
     assert torch.equal(loss, ref)
     assert torch.equal(grad, ref_grad)
@@ -242,6 +243,34 @@ def test_truncated_gradient_is_R_times_A_grad_log_pi_inside_trust_region() -> No
     torch.testing.assert_close(g, expected, rtol=1e-12, atol=1e-12)
     # samples 1 (another version lower), 3 (cap) and 4 (cap) are truncated
     assert stats["is_truncated_frac"].item() == pytest.approx(3 / 6)
+
+
+def test_decoupled_clips_around_the_proximal_policy_and_weights_by_R() -> None:
+    """Stale data (mu far from the learner's start): the clip is on pi/pi_prox, the weight is
+    R' = min(pi_prox/mu, min_i r_i, rho_bar), so the gradient is -R' r_prox A / B inside."""
+    B = 5
+    prox = t([0.0, 0.0, 0.0, 0.0, 0.0])
+    mu = t([0.6, -0.6, 0.0, -0.6, 0.6])  # behaviour policy 0.6 nats away on most samples
+    lr = t([0.1, -0.1, 0.5, 0.15, -0.5]).requires_grad_()  # pi_self vs prox; 2 and 4 clipped
+    others = t([[0.0], [0.0], [-0.2], [-0.9], [0.0]])
+    adv = t([1.0, -1.0, 1.0, 2.0, -1.0])
+    zeros = torch.zeros(B, dtype=torch.float64)
+    newlogprob = prox + lr
+    loss, stats = ppo.ppo_loss(newlogprob, zeros, zeros, mu, adv, zeros, zeros,
+                               logratio_others=others, norm_adv=False, clip_coef=0.2,
+                               is_correction="decoupled", logprob_prox=prox)
+    (g,) = torch.autograd.grad(loss, lr)
+    r_prox = torch.exp(lr.detach())
+    R = torch.minimum(torch.minimum(torch.exp(prox - mu), torch.exp(others[:, 0])), t([1.0]))
+    expected = -R * r_prox * adv / B
+    expected[[2, 4]] = 0.0  # r_prox = e^0.5 with A > 0, e^-0.5 with A < 0: PPO's clip
+    torch.testing.assert_close(g, expected, rtol=1e-12, atol=1e-12)
+    # under plain truncation r_self = pi/mu would be 0.6 nats off: every sample clipped
+    assert stats["clipfrac"].item() == pytest.approx(2 / 5)
+    # truncated = R' below pi_prox/mu: 1 (the cap), 2 and 3 (another version lower)
+    assert stats["is_truncated_frac"].item() == pytest.approx(3 / 5)
+    with pytest.raises(ValueError, match="logprob_prox"):
+        ppo.ppo_loss(newlogprob, zeros, zeros, mu, adv, zeros, zeros, is_correction="decoupled")
 
 
 def test_none_keeps_the_ratio_gradient_r_times_A() -> None:

@@ -47,6 +47,34 @@ def test_master_state_round_trip_includes_adam() -> None:
     assert a.version == b.version == 2
 
 
+def test_master_flat_adam_is_per_parameter_adam() -> None:
+    """The master steps one flat vector with fused Adam: the same update as torch's Adam over
+    the separate parameters, and the flat and named gradient forms agree."""
+    m = MasterPolicy("Hopper-v5", PolicySpec(), seed=0, learning_rate=3e-4)
+    ref = MasterPolicy("Hopper-v5", PolicySpec(), seed=0, learning_rate=3e-4).model
+    opt = torch.optim.Adam(ref.parameters(), lr=3e-4, eps=1e-5)
+    rng = np.random.default_rng(0)
+    for step in range(5):
+        grads = {n: rng.standard_normal(tuple(p.shape)).astype(np.float32)
+                 for n, p in m.model.named_parameters()}
+        if step % 2:
+            m.apply(np.concatenate([g.reshape(-1) for g in grads.values()]))
+        else:
+            m.apply(grads)
+        for n, p in ref.named_parameters():
+            p.grad = torch.from_numpy(grads[n])
+        opt.step()
+    for (n, pa), (_, pb) in zip(m.model.named_parameters(), ref.named_parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-7, msg=n)
+    # the published tensors are the module's parameters
+    for n, p in m.model.named_parameters():
+        np.testing.assert_array_equal(m.tensors()[n], p.detach().numpy())
+    state = m.optimizer_state()
+    for n, p in ref.named_parameters():
+        np.testing.assert_allclose(state[f"exp_avg.{n}"], opt.state[p]["exp_avg"].numpy(), rtol=1e-5)
+        assert state[f"step.{n}"][0] == 5
+
+
 def test_master_rejects_bad_gradients() -> None:
     m = MasterPolicy("CartPole-v1", PolicySpec(), seed=0, learning_rate=1e-3)
     with pytest.raises(ValueError, match="lacks"):
@@ -54,6 +82,8 @@ def test_master_rejects_bad_gradients() -> None:
     grads = {n: np.ones((1,), dtype=np.float32) for n, _ in m.model.named_parameters()}
     with pytest.raises(ValueError, match="shape"):
         m.apply(grads)
+    with pytest.raises(ValueError, match="numbers"):
+        m.apply(np.ones(7, np.float32))
 
 
 def test_evaluate_and_plot_commands(tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -141,14 +141,25 @@ def test_corrupt_trajectories_through_the_runtime(rel_client, handlers, store, r
 def test_corrupt_gradients_are_rejected_by_the_decoder() -> None:
     good = Gradient({"w": np.ones((2, 3), np.float32)}, "inv-1", 0, 0, 0, 16).to_blob()
     assert Gradient.from_blob(good).grads["w"].shape == (2, 3)
+    meta = json.loads(json.dumps(decode(good)[1]))
+    flat = np.ones(6, np.float32)
     for bad, fragment in [
         (good[:-5], "truncated"), (b"", "truncated"), (b"junk" * 10, "tensor blob"),
-        (_relabel(good, "w", "I32"), "dtype int32"),
-        (_relabel(good, "w", "F64"), "truncated or garbled"),
-        (encode({"w": np.ones((2, 3), np.int64)}, {**json.loads(json.dumps(
-            decode(good)[1]))}), "dtype int64"),
-        (encode({"w": np.ones(3, np.float32)}, {"kind": "gradient"}), "incomplete"),
-        (encode({"w": np.ones(3, np.float32)}, {"kind": "trajectory"}), "not a gradient"),
+        (_relabel(good, "flat", "I32"), "dtype int32"),
+        (_relabel(good, "flat", "F64"), "truncated or garbled"),
+        (encode({"flat": np.ones(6, np.int64)}, meta), "dtype int64"),
+        (encode({"flat": np.ones(3, np.float32)}, {"kind": "gradient"}), "incomplete"),
+        (encode({"flat": np.ones(3, np.float32)}, {"kind": "trajectory"}), "not a gradient"),
+        # the layout must describe exactly the numbers sent, with sane shapes
+        (encode({"flat": np.ones(5, np.float32)}, meta), "does not fit"),
+        (encode({"flat": np.ones(7, np.float32)}, meta), "layout describes 6"),
+        (encode({"flat": flat}, {**meta, "layout": [["w", [-2, -3]]]}), "does not fit"),
+        (encode({"flat": flat}, {**meta, "layout": [["w", "xy"]]}), "incomplete"),
+        (encode({"flat": flat.reshape(2, 3)}, meta), "one 1-D 'flat' array"),
+        (encode({"flat": flat, "extra": flat}, meta), "one 1-D 'flat' array"),
+        # the per-parameter format of older blobs is still checked
+        (encode({"w": np.ones((2, 3), np.int64)}, {k: v for k, v in meta.items() if k != "layout"}),
+         "dtype int64"),
     ]:
         with pytest.raises(CorruptBlob, match=re.escape(fragment)):
             Gradient.from_blob(bad)

@@ -82,3 +82,52 @@ def test_state_blobs_and_meta(run_store: RunStore) -> None:
     assert run_store.meta.get("status") == "running"
     assert run_store.meta.all()["config"] == {"a": 1}
     assert run_store.meta.get("missing", 5) == 5
+
+
+def test_ack_and_read_acknowledges_then_claims_in_one_call(run_store: RunStore) -> None:
+    s = run_store.grads
+    s.ensure_group("agg")
+    first = [s.append({"i": i}, blob=b"g") for i in range(3)]
+    got = s.ack_and_read("agg", "c1", [], count=10, block_ms=10)
+    assert [e.id for e in got] == first
+    later = [s.append({"i": i}, blob=b"g") for i in range(3, 5)]
+    got = s.ack_and_read("agg", "c1", first, count=10, block_ms=10)
+    assert [e.id for e in got] == later
+    st = s.stats("agg")
+    # the acknowledged entries are gone; the new ones are claimed, not yet acknowledged
+    assert (st.length, st.pending) == (2, 2)
+    assert s.ack_and_read("agg", "c1", later, count=10, block_ms=10) == []
+    assert (s.stats("agg").length, s.stats("agg").pending) == (0, 0)
+
+
+def test_ack_and_read_recreates_a_vanished_group(run_store: RunStore) -> None:
+    s = run_store.grads
+    s.ensure_group("agg")
+    s.store.call(lambda r: r.delete(s.key))  # e.g. Redis restarted empty
+    eid = s.append({"i": 0}, blob=b"g")
+    got = s.ack_and_read("agg", "c1", ["1-1"], count=10, block_ms=10)
+    assert [e.id for e in got] == [eid]
+
+
+def test_append_and_poll_is_append_plus_fetch_if_newer(run_store: RunStore) -> None:
+    import numpy as np
+
+    run_store.params.publish(3, {"w": np.ones(2, np.float32)}, {"m": 1})
+    eid, snap = run_store.append_and_poll(run_store.grads, {"g": 1}, b"x", "inv:0:0", 2)
+    assert eid and snap is not None and snap.version == 3 and snap.tensors["w"].tolist() == [1, 1]
+    eid2, snap2 = run_store.append_and_poll(run_store.grads, {"g": 2}, b"y", "inv:0:1", 3)
+    assert eid2 and snap2 is None  # nothing newer than what the caller holds
+    dup, _ = run_store.append_and_poll(run_store.grads, {"g": 1}, b"x", "inv:0:0", 3)
+    assert dup is None  # de-duplicated like append()
+    got = run_store.grads.get([eid, eid2])
+    assert [e.meta["g"] for e in got if e is not None] == [1, 2]
+
+
+def test_append_and_poll_survives_a_server_that_lost_its_scripts(run_store: RunStore) -> None:
+    import numpy as np
+
+    run_store.params.publish(0, {"w": np.zeros(1, np.float32)})
+    run_store.store.call(lambda r: r.script_flush())  # what a restarted server looks like
+    eid, snap = run_store.append_and_poll(run_store.grads, {"g": 1}, b"x", "inv:1:0", None)
+    assert eid and snap is not None and snap.version == 0
+    assert run_store.grads.stats().appended == 1  # appended once, not twice
