@@ -418,12 +418,13 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     p.grad = None
                 loss, mb_stats = _loss(model, batch, idx, hyper)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, hyper.max_grad_norm)
+                # one cat: a fresh flat copy, clipped as a whole (the global norm), which the
+                # writer thread serialises while the next backward runs
+                flat_grad = _flat_grad(params)
+                ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
                 stats.add(mb_stats)
                 writer.submit(Gradient.from_flat(
-                    # one cat: a fresh flat copy the writer thread serialises while the next
-                    # backward runs
-                    _flat_grad(params).cpu().numpy(),
+                    flat_grad.cpu().numpy(),
                     layout,
                     invocation_id=ev.invocation_id,
                     epoch=epoch,

@@ -193,6 +193,15 @@ def ppo_loss(
     return loss, stats
 
 
+def clip_grad_norm_flat_(flat_grad: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for a gradient already in one flat vector: scale it
+    in place by ``min(1, max_norm / (||g|| + 1e-6))``; returns the norm before clipping. (Two
+    ops instead of a norm per parameter tensor plus a scaling pass over them.)"""
+    norm = torch.linalg.vector_norm(flat_grad)
+    flat_grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
+
+
 def explained_variance(y_pred: torch.Tensor, y_true: torch.Tensor) -> float:
     """1 - Var[y - y_pred] / Var[y] (CleanRL), NaN when Var[y] is zero."""
     var_y = torch.var(y_true)

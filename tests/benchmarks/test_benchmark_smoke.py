@@ -78,4 +78,6 @@ def test_time_to_target_and_return_at() -> None:
     assert compare.time_to(curve, 100) == (20.0, 0.2)
     assert compare.time_to(curve, 200) is None
     assert compare.return_at(curve, 12) == 50.0
-    assert compare.return_at(curve, 60) == 120.0
+    assert compare.return_at(curve, 33) == 120.0  # the last row lands a little after a budget
+    assert compare.return_at(curve, 60) is None  # the run had ended: no value, not its last one
+    assert compare.budget_points(3, 10) == [1, 2, 3, 5, 10] and compare.budget_points(2, 2) == [1, 2]

@@ -306,3 +306,17 @@ def test_explained_variance() -> None:
     y = t([1.0, 2.0, 3.0])
     assert ppo.explained_variance(y, y) == 1.0
     assert math.isnan(ppo.explained_variance(y, t([1.0, 1.0, 1.0])))
+
+
+@pytest.mark.parametrize("scale", [0.01, 100.0])
+def test_flat_gradient_clipping_matches_torch_clip_grad_norm(scale: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(5, 3, generator=g) * scale, torch.randn(7, generator=g) * scale]
+    params = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
+    for p, x in zip(params, grads, strict=True):
+        p.grad = x.clone()
+    ref_norm = torch.nn.utils.clip_grad_norm_(params, 0.5)
+    flat = torch.cat([x.reshape(-1) for x in grads])
+    norm = ppo.clip_grad_norm_flat_(flat, 0.5)
+    torch.testing.assert_close(norm, ref_norm)
+    torch.testing.assert_close(flat, torch.cat([p.grad.reshape(-1) for p in params]))
