@@ -72,6 +72,7 @@ def variant_tag(args: argparse.Namespace) -> str:
         parts.append(f"H={args.buffer_max}")
     if args.backend != "local":
         parts.append(f"backend={args.backend}")
+    parts += list(args.set)
     return ",".join(parts)
 
 
@@ -112,6 +113,8 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
             cmd.append("--no-bound-decay")
         if args.buffer_max is not None:
             cmd += ["--set", f"buffer_max={args.buffer_max}"]
+        for kv in args.set:
+            cmd += ["--set", kv]
         return cmd
     script = "lean_ppo.py" if system == "lean" else "rllib_ppo.py"
     cmd = [py, str(REPO / "benchmarks" / script), "--env", env, "--seed", str(seed),
@@ -246,6 +249,34 @@ def speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> tuple
             ua, ub = sum(ta["usd"]) / len(ta["usd"]), sum(tb["usd"]) / len(tb["usd"])
             return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12)
     return None, None, None
+
+
+def censored_speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float],
+                     runs_b: list[dict[str, Any]], minutes: float
+                     ) -> tuple[float, float, float, float] | None:
+    """Bounds on the highest target ``a`` reached in every seed and ``b`` did not (in some or
+    all seeds): a seed of ``b`` that never got there counts its whole run (time and $), so
+    ``b``'s mean is at least that. Returns (target, time ratio >=, $ ratio <=, ``b``'s
+    shortest run in minutes)."""
+    for tgt in sorted(targets, reverse=True):
+        ta, tb = a["to"][tgt], b["to"][tgt]
+        if not (ta["n"] and ta["reached"] == ta["n"]):
+            continue
+        if not runs_b or tb["reached"] == tb["n"]:
+            return None  # b got there in every seed: the uncensored ratio above covers it
+        times, costs = [], []
+        for r in runs_b:
+            hit = time_to(r["curve"], tgt)
+            if hit is None:
+                hit = (float(r["summary"].get("wall_s") or 0),
+                       float((r["summary"].get("cost") or {}).get("total_usd") or 0))
+            times.append(hit[0])
+            costs.append(hit[1])
+        mb, ub = sum(times) / len(times), sum(costs) / len(costs)
+        ma, ua = sum(ta["t"]) / len(ta["t"]), sum(ta["usd"]) / len(ta["usd"])
+        return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12), min(
+            run_minutes(r, minutes) for r in runs_b)
+    return None
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -417,6 +448,16 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
                 f"({top:g} was not)")
             lines.append(f"speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x")
             lines.append("")
+            bound = censored_speedup(st[base], st[other], targets, data[other], minutes)
+            if bound is not None:
+                btgt, bratio, busd, bmin = bound
+                reached = st[other]["to"][btgt]
+                lines.append(
+                    f"speedup vs {name} on return {btgt:g}: >= {bratio:.1f}x (censored: {name} "
+                    f"reached {btgt:g} in {reached['reached']} of {reached['n']} "
+                    f"{bmin:g}-minute runs; a run that never got there counts its whole length "
+                    f"and cost); $ vs {name}: <= {busd:.2f}x")
+                lines.append("")
     stell = [v for v in order if v.startswith("stellaris")]
     if stell:
         lines.append("Staleness (Stellaris runs, versions): " + "; ".join(
@@ -471,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--actors", type=int)
     p.add_argument("--learners", type=int)
     p.add_argument("--buffer-max", type=int, help="H_max: gradients per aggregation")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other Stellaris config field (an ablation), e.g. "
+                   "--set actor_refresh_steps=32 or --set publish_interval_ms=0")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "compare"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,8 +45,9 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
             f"{pol.model.action_space}); env {ev.env_id!r} has obs_dim {wenv.info.obs_dim}, "
             f"actions {wenv.info.action_space}"
         )
+    refresh = (lambda: POLICIES.get(rs, "latest")[0]) if ev.refresh_steps else None
     try:
-        traj = rollout(wenv, pol, ev)
+        traj = rollout(wenv, pol, ev, refresh)
     except BaseException:
         # The env moved on but its bookkeeping did not: never reuse it half-stepped.
         drop_warm_env(ev.run_id, ev.env_id, ev.n_envs)
@@ -56,7 +58,9 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     t_write = time.perf_counter()
     return {
         "trajectory_id": traj_id,
-        "behaviour_version": pol.version,
+        "behaviour_version": traj.behaviour_version,
+        "behaviour_version_last": int(traj.step_versions[-1]) if traj.step_versions is not None
+        else traj.behaviour_version,
         "steps": ev.n_envs * ev.steps,
         "episodes": len(traj.episode_returns),
         "episode_returns": traj.episode_returns,
@@ -81,12 +85,19 @@ def _generator(seed: int, invocation_id: str) -> torch.Generator:
 
 
 @torch.inference_mode()
-def rollout(wenv: Any, pol: Any, ev: ActorEvent) -> Trajectory:
-    """Step the warm vector env ``ev.steps`` times with the behaviour policy ``pol``."""
-    model, spec = pol.model, pol.model.spec
+def rollout(wenv: Any, pol: Any, ev: ActorEvent,
+            refresh: Callable[[], Any] | None = None) -> Trajectory:
+    """Step the warm vector env ``ev.steps`` times with the behaviour policy ``pol``.
+
+    With ``refresh`` (async actors: ``ev.refresh_steps > 0``) the actor asks for the newest
+    policy every ``refresh_steps`` steps and samples on with it — a rollout then spans
+    versions, each step tagged with its own (``step_versions``), so its data is on average
+    half a rollout fresher. Log-probs, values, normalisation and reward scale are those of
+    the version that took the step, so the learner's importance ratios stay exact.
+    """
     n, steps, dim = ev.n_envs, ev.steps, wenv.info.obs_dim
     gen = _generator(ev.seed, ev.invocation_id)
-    reward_scale = 1.0 / float(np.sqrt(pol.ret_rms.var + 1e-8)) if spec.reward_scaling else 1.0
+    step_versions = np.full(steps, pol.version, dtype=np.int64)
 
     raw_obs = np.zeros((steps, n, dim), dtype=np.float64)
     obs = np.zeros((steps, n, dim), dtype=np.float32)
@@ -105,12 +116,23 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent) -> Trajectory:
     # (t, env) of done steps whose next value is V(final obs), filled after the loop.
     pending_final: list[tuple[int, int, np.ndarray]] = []
 
-    # Normalisation constants of the behaviour version, hoisted out of the loop.
-    if spec.obs_norm:
-        mean, inv_std = pol.obs_rms.mean, 1.0 / np.sqrt(pol.obs_rms.var + 1e-8)
-        lo, hi = -spec.obs_clip, spec.obs_clip
+    def behaviour(p: Any) -> tuple[Any, Any, float, np.ndarray, np.ndarray]:
+        # Normalisation constants of the behaviour version, hoisted out of the loop.
+        spec = p.model.spec
+        scale = 1.0 / float(np.sqrt(p.ret_rms.var + 1e-8)) if spec.reward_scaling else 1.0
+        return (p.model, spec, scale, p.obs_rms.mean, 1.0 / np.sqrt(p.obs_rms.var + 1e-8))
+
+    model, spec, reward_scale, mean, inv_std = behaviour(pol)
+    lo, hi = -spec.obs_clip, spec.obs_clip
     cur = wenv.obs
     for t in range(steps):
+        if refresh is not None and t and t % ev.refresh_steps == 0:
+            newer = refresh()
+            if newer.version != pol.version:
+                pol = newer
+                model, spec, reward_scale, mean, inv_std = behaviour(pol)
+                lo, hi = -spec.obs_clip, spec.obs_clip
+        step_versions[t] = pol.version
         raw_obs[t] = cur
         if spec.obs_norm:
             obs[t] = np.minimum(np.maximum((cur - mean) * inv_std, lo), hi)
@@ -180,11 +202,12 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent) -> Trajectory:
         final_obs=(np.concatenate(final_obs) if final_obs
                    else np.zeros((0, dim), dtype=np.float32)),
         final_index=np.asarray(final_index, dtype=np.int64),
-        behaviour_version=pol.version,
+        behaviour_version=int(step_versions[0]),
         env_id=ev.env_id,
         invocation_id=ev.invocation_id or "",
         episode_returns=ep_returns,
         episode_lengths=ep_lengths,
         obs_stats=obs_stats,
         ret_stats=ret_stats,
+        step_versions=step_versions if step_versions[-1] != step_versions[0] else None,
     )

@@ -95,7 +95,9 @@ def _group(trajs: list[Trajectory], device: torch.device) -> list[Rollouts]:
             finals.append(tr.final_obs)
             index.append(t * n_total + n + off)
         versions = np.concatenate(
-            [np.full((tr.steps, tr.n_envs), tr.behaviour_version, dtype=np.int64)
+            [np.broadcast_to(tr.step_versions[:, None], (tr.steps, tr.n_envs))
+             if tr.step_versions is not None
+             else np.full((tr.steps, tr.n_envs), tr.behaviour_version, dtype=np.int64)
              for tr in group], axis=1)
         out.append(Rollouts(
             obs=cat("obs").float().to(device),
@@ -365,7 +367,8 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     result.update({
         "invocation_id": ev.invocation_id,
         "n_samples": sum(tr.steps * tr.n_envs for tr in trajs),
-        "behaviour_versions": sorted({tr.behaviour_version for tr in trajs}),
+        "behaviour_versions": sorted({int(v) for tr in trajs for v in (
+            tr.step_versions if tr.step_versions is not None else [tr.behaviour_version])}),
         "is_versions": others_used,
         "is_versions_missing": others_missing,
         "device": str(device),

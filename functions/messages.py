@@ -107,6 +107,9 @@ class ActorEvent(_Event):
     seed: int = 0
     policy_version: VersionRef = "latest"
     gamma: float = Field(0.99, ge=0.0, le=1.0)
+    refresh_steps: int = Field(
+        0, ge=0, le=100_000, description="Check for a newer policy every this many steps and "
+        "sample on with it (0: the whole rollout with one version, as a sync round needs).")
 
 
 class LearnerEvent(_Event):
@@ -219,6 +222,9 @@ class Trajectory:
     episode_lengths: list[int] = field(default_factory=list)
     obs_stats: dict[str, Any] = field(default_factory=dict)
     ret_stats: dict[str, Any] = field(default_factory=dict)
+    # [T] int64: the version that sampled each step when the actor picked up newer versions
+    # mid-rollout; None: every step by ``behaviour_version`` (then the oldest of them).
+    step_versions: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
@@ -246,6 +252,8 @@ class Trajectory:
         arrays = {name: getattr(self, name) for name in _TRAJ_ARRAYS}
         arrays["terminated"] = arrays["terminated"].astype(np.uint8)
         arrays["truncated"] = arrays["truncated"].astype(np.uint8)
+        if self.step_versions is not None:
+            arrays["step_versions"] = np.asarray(self.step_versions, dtype=np.int64)
         return encode(arrays, self.meta())
 
     @classmethod
@@ -265,7 +273,14 @@ class Trajectory:
             if arrays[name].shape != (t, n):
                 raise CorruptBlob(f"trajectory array {name!r} has shape {arrays[name].shape}, "
                                   f"expected {(t, n)}")
+        step_versions = arrays.pop("step_versions", None)
+        if step_versions is not None and (step_versions.shape != (t,) or step_versions.dtype.kind
+                                          not in "iu"):
+            raise CorruptBlob(f"trajectory array 'step_versions' must be {t} integers, has "
+                              f"shape {step_versions.shape} and dtype {step_versions.dtype}")
+        arrays = {k: v for k, v in arrays.items() if k in _TRAJ_ARRAYS}
         return cls(
+            step_versions=step_versions,
             **arrays,
             behaviour_version=int(meta["behaviour_version"]),
             env_id=str(meta["env_id"]),

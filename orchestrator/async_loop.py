@@ -122,7 +122,10 @@ class AsyncTrainer(Trainer):
             return
         p = res.payload
         self.record_actor(p)
-        pending.append(_Traj(p["trajectory_id"], int(p["steps"]), int(p["behaviour_version"])))
+        # A rollout that picked up newer versions (actor_refresh_steps) counts at its middle.
+        first = int(p["behaviour_version"])
+        middle = (first + int(p.get("behaviour_version_last", first))) // 2
+        pending.append(_Traj(p["trajectory_id"], int(p["steps"]), middle))
 
     def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
                            pending: deque[_Traj]) -> None:

@@ -52,6 +52,12 @@ class TrainConfig(BaseModel):
     # -- rollouts and PPO ---------------------------------------------------------------
     n_envs: int = Field(8, ge=1, description="Vector envs per actor invocation.")
     rollout_steps: int = Field(256, ge=1, description="Steps per env per actor invocation.")
+    actor_refresh_steps: int = Field(
+        0, ge=0, description="Async actors check for a newer policy every this many steps "
+        "and sample on with it (0: one version per rollout). Each step is tagged with its "
+        "version, so the learner's ratios stay exact; the data is fresher by about half a "
+        "rollout. Sync rounds always sample with the round's version."
+    )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
         "consumes, and a sync round (split across the actors)."

@@ -99,6 +99,7 @@ class Trainer:
             run_id=self.rs.run_id, redis_url=self.redis_url, invocation_id=f"a-{uuid.uuid4().hex[:16]}",
             env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
             seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
+            refresh_steps=self.cfg.actor_refresh_steps if self.cfg.mode == "async" else 0,
         ).to_event()
 
     def record_cost(self, result: InvocationResult) -> None:

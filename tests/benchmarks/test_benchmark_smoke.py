@@ -81,3 +81,25 @@ def test_time_to_target_and_return_at() -> None:
     assert compare.return_at(curve, 33) == 120.0  # the last row lands a little after a budget
     assert compare.return_at(curve, 60) is None  # the run had ended: no value, not its last one
     assert compare.budget_points(3, 10) == [1, 2, 3, 5, 10] and compare.budget_points(2, 2) == [1, 2]
+
+
+def test_censored_speedup_bounds_a_baseline_that_never_reached_the_target() -> None:
+    fast = {"wall_s": [30.0, 60.0], "env_steps": [1.0, 2.0], "cost_usd": [0.001, 0.002],
+            "episodic_return": [900.0, 2100.0]}
+    slow = {"wall_s": [300.0, 600.0], "env_steps": [1.0, 2.0], "cost_usd": [0.007, 0.014],
+            "episodic_return": [1100.0, 1200.0]}
+    runs_a = [{"curve": fast, "summary": {"wall_s": 60.0}, "bench": {}}]
+    runs_b = [{"curve": slow, "summary": {"wall_s": 600.0, "cost": {"total_usd": 0.014}},
+               "bench": {"minutes": 10}}]
+    a, b = compare.stats(runs_a, 3, [1000, 2000]), compare.stats(runs_b, 3, [1000, 2000])
+    assert compare.speedup(a, b, [1000, 2000])[:2] == (1000, 300.0 / 60.0)
+    tgt, ratio, usd, minutes = compare.censored_speedup(a, b, [1000, 2000], runs_b, 3)
+    assert (tgt, ratio, minutes) == (2000, 10.0, 10) and abs(usd - 0.002 / 0.014) < 1e-12
+    # nothing to bound when the baseline got there in every seed
+    assert compare.censored_speedup(b, b, [1000], runs_b, 3) is None
+    # one baseline seed reached 2000 at 400 s, one never did (its 600 s count): mean >= 500 s
+    reached = {**slow, "episodic_return": [1100.0, 2000.0], "wall_s": [300.0, 400.0]}
+    runs_b2 = runs_b + [{"curve": reached, "summary": {"wall_s": 600.0}, "bench": {"minutes": 10}}]
+    b2 = compare.stats(runs_b2, 3, [1000, 2000])
+    tgt, ratio, _, _ = compare.censored_speedup(a, b2, [1000, 2000], runs_b2, 3)
+    assert (tgt, ratio) == (2000, 500.0 / 60.0)

@@ -120,6 +120,39 @@ def test_trajectory_round_trip_with_truncation_and_normalisers(run_store, redis_
     assert out["ret_stats"]["mean"] < 0  # discounted returns of negative rewards
 
 
+def test_actor_refresh_picks_up_a_newer_version_mid_rollout(run_store, redis_url):
+    """Pinned to version 0 with version 1 published: with refresh_steps=8 the first 8 steps
+    are sampled by version 0 and the rest by version 1, each tagged, and the log-probs are
+    those of the version that took the step (checked against each version's own forward)."""
+    publish_init(run_store, "Pendulum-v1")
+    perturbed(run_store, 1, scale=0.5)
+    e = ev(run_store, redis_url, env_id="Pendulum-v1", n_envs=2, steps=24, policy_version=0,
+           refresh_steps=8, invocation_id="a-refresh")
+    out = actor.handler(e)
+    assert (out["behaviour_version"], out["behaviour_version_last"]) == (0, 1)
+    (entry,) = run_store.traj.get([out["trajectory_id"]])
+    tr = Trajectory.from_blob(entry.blob)
+    assert tr.step_versions is not None
+    assert tr.step_versions.tolist() == [0] * 8 + [1] * 16 and tr.behaviour_version == 0
+    for version, rows in ((0, slice(0, 8)), (1, slice(8, 24))):
+        snap = run_store.params.get(version)
+        model = build_policy(snap.meta)
+        load_policy_tensors(model, snap.tensors)
+        with torch.no_grad():
+            logp, _ = model.log_prob_entropy(torch.from_numpy(tr.obs[rows]),
+                                             torch.from_numpy(tr.actions[rows]))
+        np.testing.assert_allclose(logp.numpy(), tr.logprobs[rows], atol=1e-5)
+    # the learner sees per-step versions: both show up as behaviour versions
+    learned = learner.handler(ev(run_store, redis_url, trajectory_ids=[out["trajectory_id"]],
+                                 hyper={"update_epochs": 1, "num_minibatches": 2}))
+    assert learned["behaviour_versions"] == [0, 1]
+    # without refresh (a sync round) one version samples the whole rollout
+    fixed = actor.handler({**e, "refresh_steps": 0, "invocation_id": "a-fixed"})
+    (entry,) = run_store.traj.get([fixed["trajectory_id"]])
+    assert Trajectory.from_blob(entry.blob).step_versions is None
+    assert fixed["behaviour_version"] == fixed["behaviour_version_last"] == 0
+
+
 def test_actor_episodes_continue_across_warm_invocations(run_store, redis_url):
     publish_init(run_store, "Pendulum-v1")
     e = ev(run_store, redis_url, env_id="Pendulum-v1", n_envs=1, steps=150)
@@ -391,10 +424,10 @@ def test_concurrent_in_process_invocations_do_not_share_envs_or_modules(run_stor
     # two invocations provably inside their rollouts at the same time
     barrier, seen, orig = threading.Barrier(2, timeout=60), [], actor.rollout
 
-    def rollout(wenv, pol, ev_):
+    def rollout(wenv, pol, ev_, refresh=None):
         seen.append((id(wenv), id(pol.model)))
         barrier.wait()
-        return orig(wenv, pol, ev_)
+        return orig(wenv, pol, ev_, refresh)
 
     monkeypatch.setattr(actor, "rollout", rollout)
     e0 = ev(run_store, redis_url, env_id="CartPole-v1", n_envs=2, steps=8)
