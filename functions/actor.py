@@ -59,8 +59,7 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     return {
         "trajectory_id": traj_id,
         "behaviour_version": traj.behaviour_version,
-        "behaviour_version_last": int(traj.step_versions[-1]) if traj.step_versions is not None
-        else traj.behaviour_version,
+        "behaviour_version_last": int(traj.versions[-1]),
         "steps": ev.n_envs * ev.steps,
         "episodes": len(traj.episode_returns),
         "episode_returns": traj.episode_returns,

@@ -30,9 +30,15 @@ import redis
 import torch
 
 from functions import ppo
-from functions.messages import Gradient, Layout, LearnerEvent, PPOHyper, Trajectory, parse_event
+from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
-from functions.policy import ActorCritic, build_policy, load_policy_tensors, policy_meta
+from functions.policy import (
+    ActorCritic,
+    build_policy,
+    load_policy_tensors,
+    param_layout,
+    policy_meta,
+)
 from functions.policy import policy_tensors as to_tensors
 from functions.warm import CachedPolicy, PolicyCache, run_store, set_threads
 from store import PolicySnapshot, RunStore
@@ -95,10 +101,8 @@ def _group(trajs: list[Trajectory], device: torch.device) -> list[Rollouts]:
             finals.append(tr.final_obs)
             index.append(t * n_total + n + off)
         versions = np.concatenate(
-            [np.broadcast_to(tr.step_versions[:, None], (tr.steps, tr.n_envs))
-             if tr.step_versions is not None
-             else np.full((tr.steps, tr.n_envs), tr.behaviour_version, dtype=np.int64)
-             for tr in group], axis=1)
+            [np.broadcast_to(tr.versions[:, None], (tr.steps, tr.n_envs)) for tr in group],
+            axis=1)
         out.append(Rollouts(
             obs=cat("obs").float().to(device),
             actions=cat("actions").to(device),
@@ -367,17 +371,12 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     result.update({
         "invocation_id": ev.invocation_id,
         "n_samples": sum(tr.steps * tr.n_envs for tr in trajs),
-        "behaviour_versions": sorted({int(v) for tr in trajs for v in (
-            tr.step_versions if tr.step_versions is not None else [tr.behaviour_version])}),
+        "behaviour_versions": sorted({int(v) for tr in trajs for v in tr.versions}),
         "is_versions": others_used,
         "is_versions_missing": others_missing,
         "device": str(device),
     })
     return result
-
-
-def _layout(model: ActorCritic) -> Layout:
-    return tuple((n, tuple(p.shape)) for n, p in model.named_parameters())
 
 
 def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -399,7 +398,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     stats = _Stats()
     versions_used: list[int] = []
     params = list(model.parameters())
-    layout = _layout(model)
+    layout = param_layout(model)
     writer = _GradientWriter(rs, pol.version)
     try:
         for epoch in range(hyper.update_epochs):
@@ -414,7 +413,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     if pol.model is not model:  # rebuilt (new shape): new parameter objects
                         model = pol.model
                         params = list(model.parameters())
-                        layout = _layout(model)
+                        layout = param_layout(model)
                 if not versions_used or versions_used[-1] != pol.version:
                     versions_used.append(pol.version)
                 for p in params:  # cheaper than Module.zero_grad, which walks every submodule

@@ -231,6 +231,13 @@ class Trajectory:
         return int(self.obs.shape[0])
 
     @property
+    def versions(self) -> np.ndarray:
+        """[T] the policy version that sampled each step."""
+        if self.step_versions is not None:
+            return self.step_versions
+        return np.full(self.steps, self.behaviour_version, dtype=np.int64)
+
+    @property
     def n_envs(self) -> int:
         return int(self.obs.shape[1])
 

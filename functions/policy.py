@@ -160,6 +160,12 @@ def policy_meta(model: ActorCritic) -> dict[str, Any]:
     }
 
 
+def param_layout(model: nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``(name, shape)`` of every parameter in ``named_parameters()`` order: how a flat
+    gradient or parameter vector of ``model`` splits back into tensors."""
+    return tuple((n, tuple(p.shape)) for n, p in model.named_parameters())
+
+
 def build_policy(meta: Mapping[str, Any]) -> ActorCritic:
     """An (untrained) module of the shape a published version's meta describes."""
     try:

@@ -79,6 +79,16 @@ def vtrace(
     return vs, advantages
 
 
+def _log_truncated(
+    logratio: torch.Tensor, logratio_others: torch.Tensor | None, rho_bar: float
+) -> torch.Tensor:
+    """``log R' = min(log r, min_i log r_i, log rho_bar)``: the paper's truncated weight."""
+    log_r = torch.clamp(logratio, max=math.log(rho_bar))
+    if logratio_others is not None and logratio_others.numel():
+        log_r = torch.minimum(log_r, logratio_others.detach().min(dim=-1).values)
+    return log_r
+
+
 def is_weights(
     logratio_self: torch.Tensor,
     logratio_others: torch.Tensor | None,
@@ -97,9 +107,7 @@ def is_weights(
         return torch.ones_like(lr_self), torch.zeros_like(lr_self, dtype=torch.bool)
     if is_correction not in ("truncate", "vtrace", "decoupled"):
         raise ValueError(f"unknown is_correction {is_correction!r}")
-    log_r = torch.clamp(lr_self, max=math.log(rho_bar))
-    if logratio_others is not None and logratio_others.numel():
-        log_r = torch.minimum(log_r, logratio_others.detach().min(dim=-1).values)
+    log_r = _log_truncated(lr_self, logratio_others, rho_bar)
     weight = torch.exp(log_r - lr_self)  # in log space: R'/r_self without overflow
     # "Truncated" ignores float noise: an actor's batch-8 forward and a learner's batch-B
     # forward of the same weights differ in the last bits.
@@ -144,9 +152,7 @@ def ppo_loss(
             raise ValueError("is_correction 'decoupled' needs logprob_prox")
         lr_prox_mu = (logprob_prox - logprob_mu).detach()
         logratio = newlogprob - logprob_prox.detach()
-        log_r = torch.clamp(lr_prox_mu, max=math.log(rho_bar))  # R' in log space: no overflow
-        if logratio_others is not None and logratio_others.numel():
-            log_r = torch.minimum(log_r, logratio_others.detach().min(dim=-1).values)
+        log_r = _log_truncated(lr_prox_mu, logratio_others, rho_bar)  # log space: no overflow
         weight = log_r.exp()
         truncated = log_r < lr_prox_mu + math.log1p(-_TRUNC_TOL)  # cut below pi_prox / mu
     else:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from functions.messages import Gradient, flat_layout, split_flat
+from functions.messages import Gradient, Layout, flat_layout, split_flat
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,19 @@ class AggregationRule:
 class Aggregate:
     """The result of one aggregation: the gradient to apply and what went into it."""
 
-    grads: dict[str, np.ndarray]
+    flat: np.ndarray  # the weighted mean gradient, float32, in ``layout`` order
+    layout: Layout
     weights: list[float]
     staleness: list[int]
     dedupe_ids: list[str]
     entry_ids: list[str]
     reason: str
     n_samples: int
+
+    @property
+    def grads(self) -> dict[str, np.ndarray]:
+        """The mean gradient by parameter name (views into ``flat``)."""
+        return split_flat(self.flat, self.layout)
 
 
 @dataclass
@@ -139,9 +145,9 @@ class StalenessAggregator:
                                  f"the buffer's first has {flat.size}")
             flat += w * other
         flat /= h
-        mean = split_flat(flat.astype(np.float32, copy=False), flat_layout(first.grads))
         out = Aggregate(
-            grads=mean,
+            flat=flat.astype(np.float32, copy=False),
+            layout=flat_layout(first.grads),
             weights=weights,
             staleness=deltas,
             dedupe_ids=[b.gradient.dedupe_id for b in self.buffer],

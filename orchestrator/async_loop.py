@@ -260,7 +260,7 @@ class AsyncTrainer(Trainer):
             with self.lock:
                 v_now = self.master.version
                 out = agg.take(v_now, reason)
-                self.master.apply(out.grads)
+                self.master.apply(out.flat, layout=out.layout)
                 self.counters.grads_applied += len(out.dedupe_ids)
                 self.counters.grad_staleness.extend(out.staleness)
             self.log_applied(out.dedupe_ids, v_now + 1)

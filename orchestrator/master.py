@@ -14,9 +14,15 @@ import numpy as np
 import torch
 
 from functions.learner import ADAM_EPS, OPTIMIZER_STATE, load_adam_state
-from functions.messages import PolicySpec
+from functions.messages import Layout, PolicySpec
 from functions.normalizer import RunningMeanStd
-from functions.policy import init_policy, load_policy_tensors, policy_meta, rms_tensors
+from functions.policy import (
+    init_policy,
+    load_policy_tensors,
+    param_layout,
+    policy_meta,
+    rms_tensors,
+)
 from store import RunStore
 
 _OPT_PREFIX = "optim."
@@ -44,12 +50,21 @@ class MasterPolicy:
         self.version = 0
         self.published_version = -1  # the newest version the store has from us
         self.meta = policy_meta(self.model)
+        self.layout: Layout = param_layout(self.model)
 
     # -- learning -------------------------------------------------------------------------------
-    def apply(self, grads: Mapping[str, np.ndarray] | np.ndarray) -> None:
-        """One Adam step with an aggregated gradient (named arrays, or one flat vector in
-        ``named_parameters()`` order); the version moves on by one."""
+    def apply(self, grads: Mapping[str, np.ndarray] | np.ndarray,
+              layout: Layout | None = None) -> None:
+        """One Adam step with an aggregated gradient; the version moves on by one.
+
+        ``grads``: named arrays, or one flat vector in ``named_parameters()`` order — the
+        aggregator's form, passed as is (no split and re-join per step); with its ``layout``
+        it must describe exactly this policy's parameters.
+        """
         if isinstance(grads, np.ndarray):
+            if layout is not None and tuple(layout) != self.layout:
+                raise ValueError(f"aggregated gradient's layout {list(layout)} does not match "
+                                 f"the policy's {list(self.layout)}")
             flat = np.asarray(grads, dtype=np.float32).reshape(-1)
             if flat.size != self.flat.numel():
                 raise ValueError(f"flat gradient has {flat.size} numbers, the policy has "

@@ -125,14 +125,13 @@ class ParamStore:
 
     def fetch_if_newer(self, known_version: int | None) -> PolicySnapshot | None:
         """The latest snapshot, or ``None`` when it is still ``known_version`` (one round trip)."""
-        keys, args = self.fetch_command(known_version)
-        return self.fetch_reply(
-            self.store.call(lambda r: self._fetch_latest(keys=keys, args=args, client=r)))
+        script, keys, args = self.fetch_command(known_version)
+        return self.fetch_reply(self.store.call(lambda r: script(keys=keys, args=args, client=r)))
 
-    def fetch_command(self, known_version: int | None) -> tuple[list[str], list[str]]:
-        """KEYS and ARGV of the fetch-if-newer script (for callers pipelining it)."""
+    def fetch_command(self, known_version: int | None) -> tuple[Any, list[str], list[str]]:
+        """The fetch-if-newer script with its KEYS and ARGV (for callers pipelining it)."""
         known = "" if known_version is None else str(int(known_version))
-        return [self.keys.params_latest, self.keys.params_latest_blob], [known]
+        return self._fetch_latest, [self.keys.params_latest, self.keys.params_latest_blob], [known]
 
     def fetch_reply(self, reply: Any) -> PolicySnapshot | None:
         if not reply:

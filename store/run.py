@@ -64,9 +64,8 @@ class RunStore:
         scripts in one pipeline halve the round trips (and their CPU, on few cores). The
         scripts run by SHA; one the server lost (a restart) is reloaded and run alone.
         """
-        akeys, aargs = stream.append_command(meta, blob, dedupe_id)
-        fkeys, fargs = self.params.fetch_command(known_version)
-        scripts = [(stream._append, akeys, aargs), (self.params._fetch_latest, fkeys, fargs)]
+        scripts = [stream.append_command(meta, blob, dedupe_id),
+                   self.params.fetch_command(known_version)]
 
         def do(r: redis.Redis) -> list[Any]:
             pipe = r.pipeline(transaction=False)

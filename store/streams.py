@@ -99,13 +99,13 @@ class Stream:
         dedupe_id: str | None = None,
     ) -> str | None:
         """Add an entry; returns its id, or ``None`` when ``dedupe_id`` was already added."""
-        keys, args = self.append_command(meta, blob, dedupe_id)
-        return self.append_reply(self.store.call(lambda r: self._append(keys=keys, args=args, client=r)))
+        script, keys, args = self.append_command(meta, blob, dedupe_id)
+        return self.append_reply(self.store.call(lambda r: script(keys=keys, args=args, client=r)))
 
     def append_command(
         self, meta: Mapping[str, Any], blob: bytes | None = None, dedupe_id: str | None = None
-    ) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of the append script (for callers pipelining it with other reads)."""
+    ) -> tuple[Any, list[str], list[Any]]:
+        """The append script with its KEYS and ARGV (for callers pipelining it)."""
         keys = [
             self.key,
             self.keys.stream_seen(self.name, dedupe_id or "-"),
@@ -117,7 +117,7 @@ class Stream:
                            serde.pack_json(meta)]
         if blob is not None:
             args.append(bytes(blob))
-        return keys, args
+        return self._append, keys, args
 
     @staticmethod
     def append_reply(reply: Any) -> str | None:

@@ -84,6 +84,8 @@ def test_master_rejects_bad_gradients() -> None:
         m.apply(grads)
     with pytest.raises(ValueError, match="numbers"):
         m.apply(np.ones(7, np.float32))
+    with pytest.raises(ValueError, match="layout"):
+        m.apply(np.zeros(m.flat.numel(), np.float32), layout=(("w", (m.flat.numel(),)),))
 
 
 def test_evaluate_and_plot_commands(tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
