@@ -17,9 +17,11 @@ serverful (one 2-vCPU instance for the whole wall time).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -42,8 +44,14 @@ from functions.policy import init_policy  # noqa: E402
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
-          log_interval_s: float = 2.0) -> dict[str, Any]:
-    """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary."""
+          log_interval_s: float = 2.0, lag: int = 0) -> dict[str, Any]:
+    """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
+
+    ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
+    sampled ``lag`` updates earlier (with the policy of that time), as an async learner does
+    while the actors sample the next batch. It isolates the *algorithmic* cost of stale data
+    (env steps to a return) from any system effect; ``lag=0`` is plain PPO.
+    """
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
     hyper = hyper or PPOHyper()
@@ -65,13 +73,14 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
-              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean",
+              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag,
               "backend": "single-process"}
     log = RunLog(out_dir, config, log_interval_s)
     budget_s = minutes * 60 if minutes is not None else float("inf")
     t_sample = t_learn = 0.0
     stats: dict[str, float] = {}
     it = 0
+    queue: deque[Any] = deque()  # rollouts sampled, not yet learned (``lag`` of them)
     while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
         it += 1
         t0 = time.perf_counter()
@@ -86,6 +95,11 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         log.env_steps += n_envs * rollout_steps
         log.episodes_done(traj.episode_returns, traj.episode_lengths)
         t1 = time.perf_counter()
+        queue.append(traj)
+        if len(queue) <= lag:
+            t_sample += t1 - t0
+            continue
+        traj = queue.popleft()
 
         groups = L._group([traj], device)
         batch = L.build_batch(model, groups, hyper, [])
@@ -118,6 +132,19 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     })
 
 
+def _key_values(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in pairs:
+        key, sep, raw = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"--hyper wants KEY=VALUE, got {kv!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw  # a bare string such as learner
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", default="Hopper-v5")
@@ -127,12 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--rollout-steps", type=int, default=256)
     p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"], default="truncate")
+    p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
+                   help="a PPOHyper field, e.g. --hyper gae_values=learner (repeatable)")
+    p.add_argument("--lag", type=int, default=0,
+                   help="learn from the rollout sampled this many updates earlier (pipeline emulation)")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              PPOHyper(is_correction=a.is_correction))
+              PPOHyper(is_correction=a.is_correction, **_key_values(a.hyper)), lag=a.lag)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

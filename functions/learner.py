@@ -173,9 +173,9 @@ def build_batch(
 ) -> Flat:
     """Advantages and targets for the whole batch.
 
-    GAE uses the behaviour critic's values recorded by the actor (as CleanRL does); V-trace
-    re-evaluates values and ratios with ``model`` (IMPALA), so it is recomputed whenever the
-    learner's weights change.
+    GAE uses the behaviour critic's values recorded by the actor (as CleanRL does), or with
+    ``gae_values="learner"`` ``model``'s critic; V-trace re-evaluates values and ratios with
+    ``model`` (IMPALA), so it is recomputed whenever the learner's weights change.
     """
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in Flat.__dataclass_fields__}
     with torch.no_grad():
@@ -189,9 +189,13 @@ def build_batch(
                     newlogp - ro.logprobs, hyper.gamma, hyper.gae_lambda, hyper.rho_bar,
                     hyper.c_bar)
             else:
-                values = ro.values
+                if hyper.gae_values == "learner":
+                    values = model.get_value(ro.obs)
+                    next_values = critic_next_values(model, ro, values)
+                else:
+                    values, next_values = ro.values, ro.next_values
                 adv, returns = ppo.compute_gae(
-                    ro.rewards, values, ro.next_values, ro.terminated, ro.truncated,
+                    ro.rewards, values, next_values, ro.terminated, ro.truncated,
                     hyper.gamma, hyper.gae_lambda)
             other_lr = [m.log_prob_entropy(ro.obs, ro.actions)[0] - ro.logprobs for m in others]
             prox = (model.log_prob_entropy(ro.obs, ro.actions)[0]

@@ -46,6 +46,10 @@ class PPOHyper(BaseModel):
     is_correction: Literal["none", "truncate", "vtrace", "decoupled"] = "truncate"
     rho_bar: float = Field(1.0, ge=1.0)  # the paper's cap; >= 1 by definition
     c_bar: float = Field(1.0, gt=0.0)
+    # Whose critic the GAE targets use: the values the actor recorded while sampling
+    # (CleanRL; exact for fresh data), or the learner's critic at the start of its batch
+    # (one forward pass; with stale data the behaviour critic is one batch out of date).
+    gae_values: Literal["behaviour", "learner"] = "behaviour"
 
 
 class PolicySpec(BaseModel):

@@ -20,6 +20,7 @@ from typing import Any
 from functions.messages import Gradient, LearnerEvent
 from orchestrator.aggregator import AggregationRule, StalenessAggregator
 from orchestrator.invokers.base import InvocationResult
+from orchestrator.pacer import RolloutPacer
 from orchestrator.scaler import ActorScaler
 from orchestrator.trainer import Trainer
 from store import CorruptBlob, StoreError
@@ -32,6 +33,12 @@ class _Traj:
     traj_id: str
     steps: int
     behaviour_version: int
+
+
+@dataclass
+class _Actor:
+    submitted: float
+    attempts: int = 1
 
 
 @dataclass
@@ -54,6 +61,7 @@ class AsyncTrainer(Trainer):
             drop_staleness=cfg.drop_staleness,
         ))
         self.scaler = ActorScaler(cfg)
+        self.pacer = RolloutPacer(cfg.actor_start == "just_in_time")
         self._stop = threading.Event()
         self._to_ack: list[str] = []  # applied, their version not yet published
         self._acks_ready: list[str] = []  # applied and published: acknowledged with the next read
@@ -63,7 +71,7 @@ class AsyncTrainer(Trainer):
         agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
         agg_thread.start()
 
-        actors: dict[Future[InvocationResult], int] = {}
+        actors: dict[Future[InvocationResult], _Actor] = {}
         learners: dict[Future[InvocationResult], _Learner] = {}
         pending: deque[_Traj] = deque()
         try:
@@ -81,21 +89,29 @@ class AsyncTrainer(Trainer):
                 # per learner waiting or being sampled. Rolling out further ahead only makes
                 # the data staler (and steals CPU from learning); nothing while the store is
                 # down (invocations would only fail).
+                # Just in time (``actor_start``): hold a rollout until it would finish about
+                # when a learner needs it, which keeps the data fresher (orchestrator/pacer.py).
                 ahead = cfg.learner_batch_steps * cfg.learners
+                hold = 0.0
                 while store_ok and len(actors) < want and backlog + len(actors) * self._actor_steps < ahead:
-                    actors[self.invoker.submit("actor", self.actor_event())] = 0
+                    hold = self.pacer.hold_s(time.monotonic())
+                    if hold > 0:
+                        break
+                    self._submit_actor(actors)
                 futures = list(actors) + list(learners)
                 if not futures:
                     time.sleep(0.5)  # store down, nothing in flight: wait for the next check
                     self.periodic(self._extra(0, 0))
                     continue
-                done, _ = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
+                timeout = min(0.5, hold) if hold > 0 else 0.5
+                done, _ = wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
                 for fut in done:
                     if fut in actors:
-                        attempts = actors.pop(fut)
-                        self._on_actor(fut.result(), attempts, actors, pending)
+                        self._on_actor(fut.result(), actors.pop(fut), actors, pending)
                     else:
-                        self._on_learner(fut.result(), learners.pop(fut), learners)
+                        job = learners.pop(fut)
+                        self.pacer.learner_done(fut, time.monotonic(), ok=fut.result().ok)
+                        self._on_learner(fut.result(), job, learners)
                 self.periodic(self._extra(len(actors), len(learners)))
         finally:
             self._shutdown(actors, learners, agg_thread)
@@ -111,15 +127,20 @@ class AsyncTrainer(Trainer):
         return summary
 
     # -- dispatcher ---------------------------------------------------------------------------
-    def _on_actor(self, res: InvocationResult, attempts: int,
-                  actors: dict[Future[InvocationResult], int], pending: deque[_Traj]) -> None:
+    def _submit_actor(self, actors: dict[Future[InvocationResult], _Actor], attempts: int = 1) -> None:
+        fut = self.invoker.submit("actor", self.actor_event())
+        actors[fut] = _Actor(time.monotonic(), attempts)
+
+    def _on_actor(self, res: InvocationResult, job: _Actor,
+                  actors: dict[Future[InvocationResult], _Actor], pending: deque[_Traj]) -> None:
         self.record_cost(res)
         if not res.ok or not res.payload:
             self.record_failure(res)
-            if attempts < self.cfg.max_retries and not self.done():
+            if job.attempts < self.cfg.max_retries and not self.done():
                 self.counters.retries["actor"] += 1
-                actors[self.invoker.submit("actor", self.actor_event())] = attempts + 1
+                self._submit_actor(actors, job.attempts + 1)
             return
+        self.pacer.rollout_done(time.monotonic() - job.submitted)
         p = res.payload
         self.record_actor(p)
         # A rollout that picked up newer versions (actor_refresh_steps) counts at its middle.
@@ -144,7 +165,9 @@ class AsyncTrainer(Trainer):
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
             ).to_event()
-            learners[self.invoker.submit("learner", event)] = _Learner(event, batch, v_pub)
+            fut = self.invoker.submit("learner", event)
+            learners[fut] = _Learner(event, batch, v_pub)
+            self.pacer.learner_started(fut, time.monotonic())
 
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:
@@ -158,7 +181,9 @@ class AsyncTrainer(Trainer):
             # Same invocation id: gradients it already wrote are de-duplicated, never re-applied.
             self.counters.retries["learner"] += 1
             job.attempts += 1
-            learners[self.invoker.submit("learner", job.event)] = job
+            fut = self.invoker.submit("learner", job.event)
+            learners[fut] = job
+            self.pacer.learner_started(fut, time.monotonic())
         else:
             self.counters.learner_gave_up += 1
             self._release(job)
@@ -182,7 +207,7 @@ class AsyncTrainer(Trainer):
             "grads_duplicate": agg.duplicates,
         }
 
-    def _shutdown(self, actors: dict[Future[InvocationResult], int],
+    def _shutdown(self, actors: dict[Future[InvocationResult], _Actor],
                   learners: dict[Future[InvocationResult], _Learner], agg_thread: threading.Thread) -> None:
         # In-flight invocations finish on their own (a Lambda cannot be recalled); we wait a
         # bounded time so their cost is booked, then stop the aggregator.

@@ -58,6 +58,12 @@ class TrainConfig(BaseModel):
         "version, so the learner's ratios stay exact; the data is fresher by about half a "
         "rollout. Sync rounds always sample with the round's version."
     )
+    actor_start: Literal["eager", "just_in_time"] = Field(
+        "eager", description="When an async rollout starts: as soon as the learners have room "
+        "for its data (eager), or held until it would finish about when a learner needs it "
+        "(just_in_time: measured rollout and learner times plus a 25% margin), which keeps "
+        "the data fresher when learning is slower than sampling."
+    )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
         "consumes, and a sync round (split across the actors)."

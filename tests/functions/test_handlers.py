@@ -456,3 +456,28 @@ def test_concurrent_in_process_invocations_do_not_share_envs_or_modules(run_stor
         np.testing.assert_allclose(tr.logprobs, logp.numpy(), rtol=1e-5, atol=1e-5)
         # SAME_STEP autoreset: rows after an episode end start a fresh episode
         assert tr.terminated.any()
+
+
+def test_gae_values_learner_recomputes_the_targets_with_the_learners_critic(run_store, redis_url):
+    """``gae_values="learner"``: with the behaviour policy's own critic it reproduces the
+    actor's recorded values (so fresh data learns exactly as before); with a newer critic
+    the values, advantages and value-clip centres are that critic's."""
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1", n=2)
+    groups = learner._group(learner.load_trajectories(run_store, ids), torch.device("cpu"))
+    behaviour = build_policy(run_store.params.get(0).meta)
+    load_policy_tensors(behaviour, run_store.params.get(0).tensors)
+    hyper = learner.PPOHyper()
+    recorded = learner.build_batch(behaviour, groups, hyper, [])
+    same = learner.build_batch(behaviour, groups, hyper.model_copy(update={"gae_values": "learner"}), [])
+    torch.testing.assert_close(same.values, recorded.values, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(same.advantages, recorded.advantages, atol=1e-4, rtol=1e-4)
+
+    perturbed(run_store, 1, scale=0.5)
+    newer = build_policy(run_store.params.get(1).meta)
+    load_policy_tensors(newer, run_store.params.get(1).tensors)
+    fresh = learner.build_batch(newer, groups, hyper.model_copy(update={"gae_values": "learner"}), [])
+    with torch.no_grad():
+        torch.testing.assert_close(fresh.values, newer.get_value(recorded.obs).reshape(-1))
+    assert not torch.allclose(fresh.advantages, recorded.advantages, atol=1e-3)
+    torch.testing.assert_close(fresh.returns, fresh.advantages + fresh.values)

@@ -1,0 +1,52 @@
+"""When to start the next rollout: as soon as there is room, or just in time.
+
+With one learner that is slower than sampling (two CPU cores: a learner batch takes longer
+than the rollout that feeds it), a rollout started the moment the learner takes its batch
+finishes early and then waits: its data is one whole batch of updates old by the time it is
+learned. Started ``lead`` seconds before the learner is expected to finish — ``lead`` being
+the measured rollout time plus a margin — the next batch is still ready in time, the
+learner never waits, and the data is fresher by the part of the batch learned meanwhile.
+When sampling is the slower side (many learners, a GPU), the lead exceeds the learner's
+time and rollouts start at once, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+
+class RolloutPacer:
+    """Measures rollout and learner durations (EMAs) and says how long to hold a rollout."""
+
+    def __init__(self, just_in_time: bool, margin: float = 0.25, alpha: float = 0.2) -> None:
+        self.just_in_time = just_in_time
+        self.margin = margin  # of the rollout time: late data idles the learner, early is stale
+        self.alpha = alpha
+        self.rollout_s: float | None = None
+        self.learn_s: float | None = None
+        self._learners: dict[Hashable, float] = {}
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else (1 - self.alpha) * old + self.alpha * new
+
+    def rollout_done(self, duration_s: float) -> None:
+        self.rollout_s = self._ema(self.rollout_s, duration_s)
+
+    def learner_started(self, key: Hashable, now: float) -> None:
+        self._learners[key] = now
+
+    def learner_done(self, key: Hashable, now: float, ok: bool = True) -> None:
+        started = self._learners.pop(key, None)
+        if ok and started is not None:
+            self.learn_s = self._ema(self.learn_s, now - started)
+
+    def lead_s(self) -> float | None:
+        return None if self.rollout_s is None else self.rollout_s * (1 + self.margin)
+
+    def hold_s(self, now: float) -> float:
+        """Seconds to wait before starting the next rollout (0: start it now)."""
+        lead = self.lead_s()
+        if not self.just_in_time or lead is None or self.learn_s is None or not self._learners:
+            return 0.0
+        first_free = min(self._learners.values()) + self.learn_s
+        return max(0.0, first_free - lead - now)
