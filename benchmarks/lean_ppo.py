@@ -17,6 +17,7 @@ serverful (one 2-vCPU instance for the whole wall time).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from torch.nn.utils import parameters_to_vector, vector_to_parameters  # noqa: E402
 
 from benchmarks._common import RunLog  # noqa: E402
 from functions import learner as L  # noqa: E402
@@ -44,13 +46,16 @@ from functions.policy import init_policy  # noqa: E402
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
-          log_interval_s: float = 2.0, lag: int = 0) -> dict[str, Any]:
+          log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
+          adam_beta1: float = 0.9) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
     sampled ``lag`` updates earlier (with the policy of that time), as an async learner does
     while the actors sample the next batch. It isolates the *algorithmic* cost of stale data
-    (env steps to a return) from any system effect; ``lag=0`` is plain PPO.
+    (env steps to a return) from any system effect; ``lag=0`` is plain PPO. ``grad_delay``
+    computes each minibatch's gradient at the weights of that many Adam steps earlier and
+    applies it to the current ones: the gradient staleness of the aggregator's pipeline.
     """
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
@@ -63,7 +68,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     t_setup = time.perf_counter()
     model, _ = init_policy(env_id, spec, seed)
-    opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=L.ADAM_EPS)
+    opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=L.ADAM_EPS,
+                           betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)
     pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
                           ret_rms=RunningMeanStd(()))
@@ -73,7 +79,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
-              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag,
+              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1,
               "backend": "single-process"}
     log = RunLog(out_dir, config, log_interval_s)
     budget_s = minutes * 60 if minutes is not None else float("inf")
@@ -81,6 +87,9 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     stats: dict[str, float] = {}
     it = 0
     queue: deque[Any] = deque()  # rollouts sampled, not yet learned (``lag`` of them)
+    # grad_delay: the weights of the last grad_delay + 1 steps; gradients are taken at the oldest
+    stale_model = copy.deepcopy(model) if grad_delay else model
+    history: deque[torch.Tensor] = deque(maxlen=grad_delay + 1)
     while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
         it += 1
         t0 = time.perf_counter()
@@ -109,10 +118,17 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
             if epoch and hyper.is_correction == "vtrace":
                 batch = L.build_batch(model, groups, hyper, [])
             for idx in L._minibatches(len(batch), hyper, gen):
-                loss, mb = L._loss(model, batch, idx, hyper)
+                if grad_delay:
+                    history.append(parameters_to_vector(model.parameters()).detach().clone())
+                    vector_to_parameters(history[0], stale_model.parameters())
+                loss, mb = L._loss(stale_model, batch, idx, hyper)
                 opt.zero_grad(set_to_none=True)
+                stale_model.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(stale_model.parameters(), hyper.max_grad_norm)
+                if grad_delay:
+                    for p, q in zip(model.parameters(), stale_model.parameters(), strict=True):
+                        p.grad = q.grad
                 opt.step()
                 for k, v in mb.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
@@ -158,12 +174,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="a PPOHyper field, e.g. --hyper gae_values=learner (repeatable)")
     p.add_argument("--lag", type=int, default=0,
                    help="learn from the rollout sampled this many updates earlier (pipeline emulation)")
+    p.add_argument("--grad-delay", type=int, default=0,
+                   help="take each gradient at the weights of this many Adam steps earlier")
+    p.add_argument("--adam-beta1", type=float, default=0.9, help="Adam's momentum coefficient")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              PPOHyper(is_correction=a.is_correction, **_key_values(a.hyper)), lag=a.lag)
+              PPOHyper(is_correction=a.is_correction, **_key_values(a.hyper)), lag=a.lag,
+              grad_delay=a.grad_delay, adam_beta1=a.adam_beta1)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

@@ -43,13 +43,16 @@ class PPOHyper(BaseModel):
     norm_adv: bool = True
     clip_vloss: bool = True
     learning_rate: float = Field(3e-4, gt=0.0)
-    is_correction: Literal["none", "truncate", "vtrace", "decoupled"] = "truncate"
+    # decoupled: PPO's clip centred on the learner's starting policy, the paper's truncated
+    # weight R' for the off-policy part; exactly PPO on fresh data. With a pipeline's one-batch
+    # lag it needs ~1.2x PPO's env steps where ``truncate`` needs ~1.6x (benchmarks/RESULTS.md).
+    is_correction: Literal["none", "truncate", "vtrace", "decoupled"] = "decoupled"
     rho_bar: float = Field(1.0, ge=1.0)  # the paper's cap; >= 1 by definition
     c_bar: float = Field(1.0, gt=0.0)
     # Whose critic the GAE targets use: the values the actor recorded while sampling
     # (CleanRL; exact for fresh data), or the learner's critic at the start of its batch
     # (one forward pass; with stale data the behaviour critic is one batch out of date).
-    gae_values: Literal["behaviour", "learner"] = "behaviour"
+    gae_values: Literal["behaviour", "learner"] = "learner"
 
 
 class PolicySpec(BaseModel):

@@ -59,7 +59,7 @@ class TrainConfig(BaseModel):
         "rollout. Sync rounds always sample with the round's version."
     )
     actor_start: Literal["eager", "just_in_time"] = Field(
-        "eager", description="When an async rollout starts: as soon as the learners have room "
+        "just_in_time", description="When an async rollout starts: as soon as the learners have room "
         "for its data (eager), or held until it would finish about when a learner needs it "
         "(just_in_time: measured rollout and learner times plus a 25% margin), which keeps "
         "the data fresher when learning is slower than sampling."
@@ -94,6 +94,13 @@ class TrainConfig(BaseModel):
         "aggregation and version; only the latest is published. On 2 cores 5 ms took Hopper "
         "from 3,900 to 4,600 env steps/s for ~2 more versions of gradient staleness "
         "(benchmarks/RESULTS.md)."
+    )
+    master_adam_beta1: float = Field(
+        0.5, ge=0.0, lt=1.0, description="Momentum coefficient of the async master's Adam. "
+        "Asynchrony adds momentum of its own (a gradient computed a few versions ago keeps "
+        "pushing where the last ones did; Mitliagkas et al. 2016), so the explicit momentum "
+        "can be lower than the synchronous 0.9: with gradients 6 versions stale, 0.5 kept most "
+        "of what 0.9 lost on Hopper (benchmarks/RESULTS.md, staleness study)."
     )
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this."

@@ -29,7 +29,8 @@ _OPT_PREFIX = "optim."
 
 
 class MasterPolicy:
-    def __init__(self, env_id: str, spec: PolicySpec, seed: int, learning_rate: float) -> None:
+    def __init__(self, env_id: str, spec: PolicySpec, seed: int, learning_rate: float,
+                 adam_beta1: float = 0.9) -> None:
         self.model, _ = init_policy(env_id, spec, seed)
         self._named = dict(self.model.named_parameters())
         # Every parameter is a view into one flat vector, and Adam steps that vector: Adam is
@@ -44,7 +45,8 @@ class MasterPolicy:
             p.data = self.flat.data[self._slices[name]].view_as(p)
             offset += p.numel()
         # fused: one CPU/CUDA kernel for the whole step (35 -> 23 us on this machine)
-        self.optimizer = torch.optim.Adam([self.flat], lr=learning_rate, eps=ADAM_EPS, fused=True)
+        self.optimizer = torch.optim.Adam([self.flat], lr=learning_rate, eps=ADAM_EPS, fused=True,
+                                          betas=(adam_beta1, 0.999))
         self.obs_rms = RunningMeanStd((self.model.obs_dim,))
         self.ret_rms = RunningMeanStd(())
         self.version = 0

@@ -51,7 +51,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.redis_url = function_redis_url
         self.lock = threading.RLock()
-        self.master = MasterPolicy(cfg.env, cfg.policy, cfg.seed, cfg.hyper.learning_rate)
+        self.master = MasterPolicy(cfg.env, cfg.policy, cfg.seed, cfg.hyper.learning_rate,
+                                   adam_beta1=cfg.master_adam_beta1 if cfg.mode == "async" else 0.9)
         self.counters = Counters()
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)

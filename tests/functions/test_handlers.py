@@ -467,7 +467,7 @@ def test_gae_values_learner_recomputes_the_targets_with_the_learners_critic(run_
     groups = learner._group(learner.load_trajectories(run_store, ids), torch.device("cpu"))
     behaviour = build_policy(run_store.params.get(0).meta)
     load_policy_tensors(behaviour, run_store.params.get(0).tensors)
-    hyper = learner.PPOHyper()
+    hyper = learner.PPOHyper(gae_values="behaviour")
     recorded = learner.build_batch(behaviour, groups, hyper, [])
     same = learner.build_batch(behaviour, groups, hyper.model_copy(update={"gae_values": "learner"}), [])
     torch.testing.assert_close(same.values, recorded.values, atol=1e-5, rtol=1e-5)

@@ -31,7 +31,8 @@ def test_defaults_and_schema_strings() -> None:
     assert parse_event(ActorEvent, json.dumps(ev.to_event())) == ev
     le = parse_event(LearnerEvent, {"run_id": "r", "trajectory_ids": ["1-0"]})
     assert le.schema_ == "stellaris.learner/1" and le.hyper == PPOHyper()
-    assert le.hyper.is_correction == "truncate" and le.hyper.num_minibatches == 32
+    assert le.hyper.is_correction == "decoupled" and le.hyper.gae_values == "learner"
+    assert le.hyper.num_minibatches == 32
     ee = parse_event(EvaluatorEvent, {"run_id": "r", "schema": "stellaris.evaluator/1"})
     assert ee.episodes == 5
     assert PolicySpec().hidden_sizes == [64, 64] and PolicySpec().activation == "tanh"

@@ -1,0 +1,146 @@
+"""What one batch of pipeline lag costs PPO in env steps, and which correction buys it back.
+
+An async learner learns batch k+1 while the actors sample batch k+2: every batch it learns
+was sampled by the policy of one batch (~320 Adam steps) earlier. This study runs the lean
+PPO (``benchmarks/lean_ppo.py``) with ``--lag 0/1`` and the IS corrections, to the same
+number of env steps, and compares return vs *env steps* — no wall clock, so runs may share
+the cores (``--parallel``) and the machine's load does not enter the result.
+
+    python benchmarks/staleness_study.py --seeds 1 2 3 4 --steps 600000 --parallel 2
+
+Writes ``<out>/study.json`` and the section ``## Staleness study`` of
+``benchmarks/RESULTS.md``; ``--report-only`` rebuilds both from the run folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTION = "## Staleness study (lean PPO with pipeline lag)"
+
+# name -> (lag, lean_ppo.py flags); each pins every setting it is about, so a change of
+# defaults does not change what a row means.
+VARIANTS: dict[str, tuple[int, list[str]]] = {
+    "lag0-truncate": (0, ["--is-correction", "truncate", "--hyper", "gae_values=behaviour"]),
+    "lag1-truncate": (1, ["--is-correction", "truncate", "--hyper", "gae_values=behaviour"]),
+    "lag1-none": (1, ["--is-correction", "none", "--hyper", "gae_values=behaviour"]),
+    "lag1-decoupled": (1, ["--is-correction", "decoupled", "--hyper", "gae_values=behaviour"]),
+    "lag1-truncate-learnerV": (1, ["--is-correction", "truncate", "--hyper", "gae_values=learner"]),
+    "lag1-decoupled-learnerV": (1, ["--is-correction", "decoupled", "--hyper", "gae_values=learner"]),
+    "lag0-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper", "gae_values=learner"]),
+    # + the gradient staleness of the async system (mean ~6 versions, benchmarks/RESULTS.md)
+    "lag1-decoupled-learnerV-gdelay6": (1, ["--is-correction", "decoupled", "--hyper",
+                                            "gae_values=learner", "--grad-delay", "6"]),
+    # ... with less explicit momentum: asynchrony adds implicit momentum (Mitliagkas et al. 2016)
+    "lag1-decoupled-learnerV-gdelay6-beta1=0.5": (1, [
+        "--is-correction", "decoupled", "--hyper", "gae_values=learner", "--grad-delay", "6",
+        "--adam-beta1", "0.5"]),
+    "lag1-decoupled-learnerV-gdelay6-beta1=0": (1, [
+        "--is-correction", "decoupled", "--hyper", "gae_values=learner", "--grad-delay", "6",
+        "--adam-beta1", "0"]),
+    "lag1-decoupled-learnerV-gdelay3": (1, ["--is-correction", "decoupled", "--hyper",
+                                            "gae_values=learner", "--grad-delay", "3"]),
+}
+CHECKPOINTS = (200_000, 400_000, 600_000)
+TARGETS = (1000, 1500, 2000)
+
+
+def run_one(env: str, name: str, seed: int, steps: int, out: Path) -> Path:
+    lag, flags = VARIANTS[name]
+    run_dir = out / name / f"seed{seed}"
+    if (run_dir / "summary.json").exists():
+        return run_dir  # resumable: a finished run is kept
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "lean_ppo.py"), "--env", env, "--seed",
+           str(seed), "--total-steps", str(steps), "--lag", str(lag), *flags, "--out", str(run_dir)]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return run_dir
+
+
+def curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    steps, rets = [], []
+    with open(run_dir / "metrics.csv") as fh:
+        for row in csv.DictReader(fh):
+            if row.get("episodic_return"):
+                steps.append(float(row["env_steps"]))
+                rets.append(float(row["episodic_return"]))
+    return np.asarray(steps), np.asarray(rets)
+
+
+def summarise(run_dir: Path) -> dict[str, object]:
+    steps, rets = curve(run_dir)
+    at = {str(c): float(rets[steps <= c][-1]) if (steps <= c).any() else None for c in CHECKPOINTS}
+    reach = {str(t): float(steps[rets >= t][0]) if (rets >= t).any() else None for t in TARGETS}
+    return {"return_at": at, "steps_to": reach, "env_steps": float(steps[-1]) if steps.size else 0}
+
+
+def _ms(xs: list[float | None], scale: float = 1.0) -> str:
+    v = [x / scale for x in xs if x is not None]
+    return f"{np.mean(v):.0f} ± {np.std(v):.0f}" if v else "-"
+
+
+def report(env: str, out: Path, seeds: list[int], steps: int) -> list[str]:
+    rows: dict[str, list[dict[str, object]]] = {}
+    for name in VARIANTS:
+        runs = [out / name / f"seed{s}" for s in seeds]
+        rows[name] = [summarise(r) for r in runs if (r / "summary.json").exists()]
+    (out / "study.json").write_text(json.dumps(rows, indent=2))
+    lines = [SECTION, "", f"`python benchmarks/staleness_study.py --env {env} --seeds "
+             f"{' '.join(map(str, seeds))} --steps {steps}` (lean PPO, one process per run; "
+             "returns = mean of the last 100 training episodes, read at an env-step count, so "
+             "the machine's load does not enter). `lagN`: each update learns the rollout "
+             "sampled N updates earlier; `learnerV`: GAE targets from the learner's critic.", "",
+             "| variant | seeds | " + " | ".join(f"return @ {c // 1000}k steps" for c in CHECKPOINTS)
+             + " | " + " | ".join(f"k steps to {t}" for t in TARGETS) + " |",
+             "|---|---|" + "---|" * (len(CHECKPOINTS) + len(TARGETS))]
+    for name, rs in rows.items():
+        if not rs:
+            continue
+        cells = [_ms([r["return_at"][str(c)] for r in rs]) for c in CHECKPOINTS]  # type: ignore[index]
+        for t in TARGETS:
+            hit = [r["steps_to"][str(t)] for r in rs]  # type: ignore[index]
+            n = sum(h is not None for h in hit)
+            cells.append(_ms(hit, 1000) + ("" if n == len(rs) else f" ({n}/{len(rs)})"))
+        lines.append(f"| {name} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="Hopper-v5")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--steps", type=int, default=600_000)
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    p.add_argument("--parallel", type=int, default=2, help="runs at once (env steps, not time)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "staleness"))
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--no-results", action="store_true", help="don't touch RESULTS.md")
+    a = p.parse_args(argv)
+    out = Path(a.out) / a.env
+    if not a.report_only:
+        jobs = [(name, s) for s in a.seeds for name in a.variants]
+        with ThreadPoolExecutor(a.parallel) as pool:
+            list(pool.map(lambda j: run_one(a.env, j[0], j[1], a.steps, out), jobs))
+    lines = report(a.env, out, a.seeds, a.steps)
+    print("\n".join(lines))
+    if not a.no_results:
+        path = ROOT / "benchmarks" / "RESULTS.md"
+        text = path.read_text()
+        block = "\n".join(lines).rstrip() + "\n"
+        pattern = re.compile(rf"{re.escape(SECTION)}\n.*?(?=\n## |\Z)", re.S)
+        text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
