@@ -148,6 +148,13 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     })
 
 
+def _hyper(is_correction: str | None, pairs: list[str]) -> PPOHyper:
+    fields = _key_values(pairs)
+    if is_correction:
+        fields["is_correction"] = is_correction
+    return PPOHyper(**fields)
+
+
 def _key_values(pairs: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in pairs:
@@ -169,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--total-steps", type=int)
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--rollout-steps", type=int, default=256)
-    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"], default="truncate")
+    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"],
+                   help="default: PPOHyper's, the same as Stellaris'")
     p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
                    help="a PPOHyper field, e.g. --hyper gae_values=learner (repeatable)")
     p.add_argument("--lag", type=int, default=0,
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              PPOHyper(is_correction=a.is_correction, **_key_values(a.hyper)), lag=a.lag,
+              _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")

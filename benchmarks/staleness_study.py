@@ -78,9 +78,12 @@ def curve(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def summarise(run_dir: Path) -> dict[str, object]:
     steps, rets = curve(run_dir)
-    at = {str(c): float(rets[steps <= c][-1]) if (steps <= c).any() else None for c in CHECKPOINTS}
+    # a run shorter than a checkpoint (a --steps 400000 variant) has no return there
+    at = {str(c): float(rets[steps <= c][-1]) if steps.size and steps[-1] >= 0.99 * c else None
+          for c in CHECKPOINTS}
     reach = {str(t): float(steps[rets >= t][0]) if (rets >= t).any() else None for t in TARGETS}
-    return {"return_at": at, "steps_to": reach, "env_steps": float(steps[-1]) if steps.size else 0}
+    done = json.loads((run_dir / "summary.json").read_text())
+    return {"return_at": at, "steps_to": reach, "env_steps": int(done["env_steps"])}
 
 
 def _ms(xs: list[float | None], scale: float = 1.0) -> str:
@@ -98,7 +101,10 @@ def report(env: str, out: Path, seeds: list[int], steps: int) -> list[str]:
              f"{' '.join(map(str, seeds))} --steps {steps}` (lean PPO, one process per run; "
              "returns = mean of the last 100 training episodes, read at an env-step count, so "
              "the machine's load does not enter). `lagN`: each update learns the rollout "
-             "sampled N updates earlier; `learnerV`: GAE targets from the learner's critic.", "",
+             "sampled N updates earlier; `learnerV`: GAE targets from the learner's critic; "
+             "`gdelayN`: each gradient taken at the weights of N Adam steps earlier; `beta1`: "
+             "Adam's momentum. Steps to a target: mean ± sd over the seeds that reached it "
+             "(how many, when not all).", "",
              "| variant | seeds | " + " | ".join(f"return @ {c // 1000}k steps" for c in CHECKPOINTS)
              + " | " + " | ".join(f"k steps to {t}" for t in TARGETS) + " |",
              "|---|---|" + "---|" * (len(CHECKPOINTS) + len(TARGETS))]

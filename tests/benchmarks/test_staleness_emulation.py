@@ -1,0 +1,59 @@
+"""The lean PPO's pipeline emulation (--lag, --grad-delay) and the staleness study's report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import lean_ppo, staleness_study  # noqa: E402
+from functions.messages import PPOHyper  # noqa: E402
+
+TINY = PPOHyper(update_epochs=1, num_minibatches=2)
+
+
+def _train(tmp_path: Path, name: str, **kw) -> dict:
+    return lean_ppo.train("Pendulum-v1", 3, tmp_path / name, total_steps=4 * 64, n_envs=2,
+                          rollout_steps=32, hyper=TINY, log_interval_s=0.0, **kw)
+
+
+def test_lag_learns_each_rollout_one_update_later(tmp_path: Path) -> None:
+    """Four rollouts: lag 0 learns all four; lag 1 learns the first three, each one
+    iteration after it was sampled, so the sampling of rollout k+1 saw k-1 updates."""
+    plain = _train(tmp_path, "lag0")
+    lagged = _train(tmp_path, "lag1", lag=1)
+    assert plain["env_steps"] == lagged["env_steps"] == 256
+    assert plain["version"] == 4 and lagged["version"] == 3
+    assert json.loads((tmp_path / "lag1" / "config.json").read_text())["lag"] == 1
+
+
+def test_grad_delay_takes_gradients_at_older_weights(tmp_path: Path, monkeypatch) -> None:
+    """With --grad-delay 2 the loss of the k-th minibatch is evaluated at the weights before
+    step k-2 (the first ones at the initial weights), and the update lands on the current."""
+    seen: list[torch.Tensor] = []
+    real_loss = lean_ppo.L._loss
+
+    def spy(model, batch, idx, hyper):
+        seen.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+        return real_loss(model, batch, idx, hyper)
+
+    monkeypatch.setattr(lean_ppo.L, "_loss", spy)
+    _train(tmp_path, "delay", grad_delay=2)
+    assert len(seen) == 8
+    assert torch.equal(seen[0], seen[1]) and torch.equal(seen[1], seen[2])  # warm-up: step 0
+    assert not torch.equal(seen[2], seen[3])  # from then on the window slides by one step
+    assert all(not torch.equal(a, b) for a, b in zip(seen[3:], seen[4:], strict=False))
+
+
+def test_study_report_reads_run_folders(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    _train(out, "lag0-truncate/seed1")
+    lines = staleness_study.report("Pendulum-v1", out, [1], 256)
+    row = next(x for x in lines if x.startswith("| lag0-truncate |"))
+    assert "| 1 |" in row
+    assert json.loads((out / "study.json").read_text())["lag0-truncate"][0]["env_steps"] == 256
