@@ -27,6 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Staleness study (lean PPO with pipeline lag)"
+KEEP = "<!-- staleness_study.py keeps what follows: hand-written notes -->"
 
 # name -> (lag, lean_ppo.py flags); each pins every setting it is about, so a change of
 # defaults does not change what a row means.
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=2, help="runs at once (env steps, not time)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "staleness"))
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-results", action="store_true", help="don't touch RESULTS.md")
     a = p.parse_args(argv)
     out = Path(a.out) / a.env
@@ -139,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(a.env, out, a.seeds, a.steps)
     print("\n".join(lines))
     if not a.no_results:
-        path = ROOT / "benchmarks" / "RESULTS.md"
-        text = path.read_text()
+        path = Path(a.results)
+        text = path.read_text() if path.exists() else "# Benchmark results\n"
         block = "\n".join(lines).rstrip() + "\n"
-        pattern = re.compile(rf"{re.escape(SECTION)}\n.*?(?=\n## |\Z)", re.S)
+        # the generated part ends at the marker (hand-written notes follow) or the next section
+        pattern = re.compile(rf"{re.escape(SECTION)}\n.*?(?=\n{re.escape(KEEP)}|\n## |\Z)", re.S)
         text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block
         path.write_text(text)
     return 0

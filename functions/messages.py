@@ -45,7 +45,8 @@ class PPOHyper(BaseModel):
     learning_rate: float = Field(3e-4, gt=0.0)
     # decoupled: PPO's clip centred on the learner's starting policy, the paper's truncated
     # weight R' for the off-policy part; exactly PPO on fresh data. With a pipeline's one-batch
-    # lag it needs ~1.2x PPO's env steps where ``truncate`` needs ~1.6x (benchmarks/RESULTS.md).
+    # lag and gae_values="learner" it learns as fast per env step as on-policy PPO, where
+    # ``truncate`` needs ~1.5x the steps (benchmarks/RESULTS.md, staleness study).
     is_correction: Literal["none", "truncate", "vtrace", "decoupled"] = "decoupled"
     rho_bar: float = Field(1.0, ge=1.0)  # the paper's cap; >= 1 by definition
     c_bar: float = Field(1.0, gt=0.0)

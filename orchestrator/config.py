@@ -99,8 +99,8 @@ class TrainConfig(BaseModel):
         0.5, ge=0.0, lt=1.0, description="Momentum coefficient of the async master's Adam. "
         "Asynchrony adds momentum of its own (a gradient computed a few versions ago keeps "
         "pushing where the last ones did; Mitliagkas et al. 2016), so the explicit momentum "
-        "can be lower than the synchronous 0.9: with gradients 6 versions stale, 0.5 kept most "
-        "of what 0.9 lost on Hopper (benchmarks/RESULTS.md, staleness study)."
+        "can be lower than the synchronous 0.9: with gradients 6 versions stale, 0.5 took back "
+        "much of what 0.9 lost on Hopper (benchmarks/RESULTS.md, staleness study)."
     )
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this."

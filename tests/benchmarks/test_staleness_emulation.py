@@ -57,3 +57,17 @@ def test_study_report_reads_run_folders(tmp_path: Path) -> None:
     row = next(x for x in lines if x.startswith("| lag0-truncate |"))
     assert "| 1 |" in row
     assert json.loads((out / "study.json").read_text())["lag0-truncate"][0]["env_steps"] == 256
+
+
+def test_study_rewrites_its_table_and_keeps_the_notes(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    _train(out / "Pendulum-v1", "lag0-truncate/seed1")
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"# R\n\n{staleness_study.SECTION}\n\nold table\n\n{staleness_study.KEEP}\n"
+                       "my notes\n\n## Later\n\nkeep\n")
+    rc = staleness_study.main(["--env", "Pendulum-v1", "--seeds", "1", "--steps", "256",
+                               "--out", str(out), "--results", str(results), "--report-only"])
+    text = results.read_text()
+    assert rc == 0 and "old table" not in text and "| lag0-truncate | 1 |" in text
+    assert "my notes" in text and "## Later\n\nkeep" in text
+    assert text.index("| lag0-truncate |") < text.index(staleness_study.KEEP)
