@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import read_curve, read_summary  # noqa: E402
+from benchmarks._common import read_curve, read_summary, rewrite_section  # noqa: E402
 
 SYSTEMS = ("stellaris", "sync", "rllib", "lean")
 LABELS = {"stellaris": "Stellaris (async)", "sync": "our sync PPO", "rllib": "RLlib 2.60 PPO",
@@ -472,23 +472,9 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
 
 
 def write_section(results: Path, body: list[str], preface: list[str]) -> None:
-    """Replace our section (up to the next ``## `` heading); the hand-written part of it below
-    :data:`KEEP_MARKER` survives regeneration."""
-    text = results.read_text() if results.exists() else "# Benchmark results\n"
-    section = "\n".join([SECTION, "", *preface, *body]).rstrip() + "\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == SECTION), None)
-    if start is None:
-        new = text.rstrip() + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        old = "".join(lines[start:end])
-        if KEEP_MARKER in old:
-            section += "\n" + old[old.index(KEEP_MARKER):].rstrip() + "\n"
-        tail = "".join(lines[end:])
-        new = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    results.write_text(new)
+    """Replace our section of RESULTS.md; the hand-written part below :data:`KEEP_MARKER`
+    survives regeneration."""
+    rewrite_section(results, SECTION, [*preface, *body], KEEP_MARKER)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -41,6 +40,7 @@ from functions.envs import WarmEnv  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
 from functions.policy import init_policy  # noqa: E402
+from orchestrator.cli import parse_set  # noqa: E402
 
 
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
@@ -123,7 +123,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                     vector_to_parameters(history[0], stale_model.parameters())
                 loss, mb = L._loss(stale_model, batch, idx, hyper)
                 opt.zero_grad(set_to_none=True)
-                stale_model.zero_grad(set_to_none=True)
+                if grad_delay:  # else stale_model is model: opt.zero_grad cleared it
+                    stale_model.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(stale_model.parameters(), hyper.max_grad_norm)
                 if grad_delay:
@@ -149,23 +150,10 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
 
 def _hyper(is_correction: str | None, pairs: list[str]) -> PPOHyper:
-    fields = _key_values(pairs)
+    fields = parse_set(pairs)  # KEY=VALUE, values parsed as JSON where they can be
     if is_correction:
         fields["is_correction"] = is_correction
     return PPOHyper(**fields)
-
-
-def _key_values(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in pairs:
-        key, sep, raw = kv.partition("=")
-        if not sep:
-            raise SystemExit(f"--hyper wants KEY=VALUE, got {kv!r}")
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
-            out[key] = raw  # a bare string such as learner
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

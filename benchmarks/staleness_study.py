@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import rewrite_section  # noqa: E402
+
 SECTION = "## Staleness study (lean PPO with pipeline lag)"
 KEEP = "<!-- staleness_study.py keeps what follows: hand-written notes -->"
 
@@ -141,13 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(a.env, out, a.seeds, a.steps)
     print("\n".join(lines))
     if not a.no_results:
-        path = Path(a.results)
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        block = "\n".join(lines).rstrip() + "\n"
-        # the generated part ends at the marker (hand-written notes follow) or the next section
-        pattern = re.compile(rf"{re.escape(SECTION)}\n.*?(?=\n{re.escape(KEEP)}|\n## |\Z)", re.S)
-        text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block
-        path.write_text(text)
+        rewrite_section(Path(a.results), SECTION, lines[2:], KEEP)
     return 0
 
 

@@ -131,6 +131,12 @@ class AsyncTrainer(Trainer):
         fut = self.invoker.submit("actor", self.actor_event())
         actors[fut] = _Actor(time.monotonic(), attempts)
 
+    def _submit_learner(self, learners: dict[Future[InvocationResult], _Learner],
+                        job: _Learner) -> None:
+        fut = self.invoker.submit("learner", job.event)
+        learners[fut] = job
+        self.pacer.learner_started(fut, time.monotonic())
+
     def _on_actor(self, res: InvocationResult, job: _Actor,
                   actors: dict[Future[InvocationResult], _Actor], pending: deque[_Traj]) -> None:
         self.record_cost(res)
@@ -165,9 +171,7 @@ class AsyncTrainer(Trainer):
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
             ).to_event()
-            fut = self.invoker.submit("learner", event)
-            learners[fut] = _Learner(event, batch, v_pub)
-            self.pacer.learner_started(fut, time.monotonic())
+            self._submit_learner(learners, _Learner(event, batch, v_pub))
 
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:
@@ -181,9 +185,7 @@ class AsyncTrainer(Trainer):
             # Same invocation id: gradients it already wrote are de-duplicated, never re-applied.
             self.counters.retries["learner"] += 1
             job.attempts += 1
-            fut = self.invoker.submit("learner", job.event)
-            learners[fut] = job
-            self.pacer.learner_started(fut, time.monotonic())
+            self._submit_learner(learners, job)
         else:
             self.counters.learner_gave_up += 1
             self._release(job)

@@ -18,7 +18,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the orchestrator shares the machine
 
 
-def _parse_set(items: list[str]) -> dict[str, Any]:
+def parse_set(items: list[str]) -> dict[str, Any]:
     """``--set hyper.learning_rate=1e-3`` -> nested overrides (values parsed as JSON if they can)."""
     out: dict[str, Any] = {}
     for item in items:
@@ -77,7 +77,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     flags = {k: v for k, v in vars(args).items()
              if k not in ("command", "config", "set", "is_correction", "func") and v is not None}
-    overrides = _parse_set(args.set)
+    overrides = parse_set(args.set)
     if args.is_correction:
         overrides.setdefault("hyper", {})["is_correction"] = args.is_correction
     if args.minutes is not None:
