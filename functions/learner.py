@@ -30,6 +30,7 @@ import redis
 import torch
 
 from functions import ppo
+from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
 from functions.policy import (
@@ -40,8 +41,8 @@ from functions.policy import (
     policy_meta,
 )
 from functions.policy import policy_tensors as to_tensors
-from functions.warm import CachedPolicy, PolicyCache, run_store, set_threads
-from store import PolicySnapshot, RunStore
+from functions.warm import CachedPolicy, PolicyCache, run_store, same_shape, set_threads
+from store import Applied, PolicySnapshot, RunStore
 from store.errors import VersionNotFound
 
 POLICIES = PolicyCache()
@@ -271,8 +272,10 @@ class _GradientWriter:
 
     MAX_PENDING = 4
 
-    def __init__(self, rs: RunStore, known_version: int, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, rs: RunStore, known_version: int, max_pending: int = MAX_PENDING,
+                 lineage: str | None = None) -> None:
         self.rs = rs
+        self.lineage = lineage  # look-ahead: poll what the master applied, not its weights
         self.max_pending = max_pending
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="stellaris-grad-writer")
         self.pending: deque[Future[str | None]] = deque()
@@ -283,8 +286,15 @@ class _GradientWriter:
         self._lock = threading.Lock()
         self._known = known_version
         self._newest: PolicySnapshot | None = None
+        self._applied: Applied | None = None
 
     def _write(self, grad: Gradient) -> str | None:
+        if self.lineage is not None:
+            entry, applied = self.rs.append_and_poll_applied(
+                self.rs.grads, grad.meta(), grad.to_blob(), grad.dedupe_id, self.lineage)
+            with self._lock:
+                self._applied = applied
+            return entry
         entry, snap = self.rs.append_and_poll(
             self.rs.grads, grad.meta(), grad.to_blob(), grad.dedupe_id, self._known)
         if snap is not None:
@@ -298,6 +308,12 @@ class _GradientWriter:
         with self._lock:
             snap, self._newest = self._newest, None
             return snap
+
+    def take_applied(self) -> Applied | None:
+        """What the master had applied at the newest poll since the last call (look-ahead)."""
+        with self._lock:
+            applied, self._applied = self._applied, None
+            return applied
 
     def _collect(self, keep: int) -> None:
         while len(self.pending) > keep or (self.pending and self.pending[0].done()):
@@ -344,7 +360,11 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     rs = run_store(ev.redis_url, ev.run_id)
     trajs = load_trajectories(rs, ev.trajectory_ids)
-    pol, _ = POLICIES.get(rs, "latest", device)
+    la = None
+    if ev.mode == "gradient" and ev.lookahead:
+        pol, la = _lookahead_policy(rs, ev, device)
+    else:
+        pol, _ = POLICIES.get(rs, "latest", device)
     groups = _group(trajs, device)
     others, others_used, others_missing = _other_policies(
         rs, ev.versions_in_flight, pol.version, device)
@@ -358,11 +378,12 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
             f"version is already {pol.version} (a retried sync round?)")
     try:
         if ev.mode == "gradient":
-            result = _gradient_mode(ev, rs, pol, groups, others, device, gen)
+            result = _gradient_mode(ev, rs, pol, groups, others, device, gen, la)
         else:
             result = _update_mode(ev, rs, pol, groups, others, gen)
     except BaseException:
         POLICIES.invalidate(rs)  # the cached module may be half-updated
+        _LOOKAHEADS.drop(rs)
         raise
     t_end = time.perf_counter()
     result["timings"] = {
@@ -383,6 +404,60 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     return result
 
 
+class _LookaheadCache(threading.local):
+    """Each thread's (each execution environment's) look-ahead state per run: kept warm
+    across invocations, like :data:`POLICIES`, so a learner's unconfirmed steps carry over."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], Lookahead] = {}
+
+    def get(self, rs: RunStore) -> Lookahead | None:
+        return self.entries.get((rs.store.url, rs.run_id))
+
+    def put(self, rs: RunStore, la: Lookahead) -> None:
+        self.entries.pop((rs.store.url, rs.run_id), None)
+        self.entries[(rs.store.url, rs.run_id)] = la
+        while len(self.entries) > 2:
+            self.entries.pop(next(iter(self.entries)))
+
+    def drop(self, rs: RunStore) -> None:
+        self.entries.pop((rs.store.url, rs.run_id), None)
+
+
+_LOOKAHEADS = _LookaheadCache()
+
+
+def _lookahead_policy(rs: RunStore, ev: LearnerEvent,
+                      device: torch.device) -> tuple[CachedPolicy, Lookahead]:
+    """The policy a look-ahead learner starts from: the master's latest plus this learner's
+    steps the master has not applied yet (a fresh look-ahead when the process is cold)."""
+    hyper = (ev.hyper.learning_rate, tuple(ev.master_adam_betas), ADAM_EPS)
+    la = _LOOKAHEADS.get(rs)
+    if la is not None and (la.hyper != hyper or la.flat.device != device):
+        la = None
+    snap, applied = rs.params.latest_with_applied(la.lineage if la else "-")
+    if la is not None and not same_shape(la.meta, snap.meta):
+        la = None
+    if la is None:
+        model = build_policy(snap.meta).to(device)
+        obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
+        la = Lookahead(model, snap.version, *hyper, meta=snap.meta)
+    else:
+        la.confirm(applied)
+        loaded: list[tuple[RunningMeanStd, RunningMeanStd]] = []
+        la.rebase(snap.version, lambda: loaded.append(load_policy_tensors(la.model, snap.tensors)))
+        obs_rms, ret_rms = loaded[0]
+    _LOOKAHEADS.put(rs, la)
+    return CachedPolicy(snap.version, la.model, obs_rms, ret_rms, dict(snap.meta)), la
+
+
+def _resync(rs: RunStore, la: Lookahead) -> None:
+    """The master left the prediction: rebase onto its latest weights (one atomic read)."""
+    snap, applied = rs.params.latest_with_applied(la.lineage)
+    la.confirm(applied)
+    la.rebase(snap.version, lambda: load_policy_tensors(la.model, snap.tensors))
+
+
 def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel())
                       for p in params])
@@ -394,7 +469,7 @@ def _explained_variance(b: Flat) -> float:
 
 def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list[Rollouts],
                    others: list[ActorCritic], device: torch.device,
-                   gen: torch.Generator) -> dict[str, Any]:
+                   gen: torch.Generator, la: Lookahead | None = None) -> dict[str, Any]:
     hyper = ev.hyper
     model = pol.model
     batch = build_batch(model, groups, hyper, others)
@@ -403,7 +478,8 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     versions_used: list[int] = []
     params = list(model.parameters())
     layout = param_layout(model)
-    writer = _GradientWriter(rs, pol.version)
+    writer = _GradientWriter(rs, pol.version, lineage=la.lineage if la else None)
+    rebases_at_start = la.rebases if la else 0
     try:
         for epoch in range(hyper.update_epochs):
             if epoch and hyper.is_correction == "vtrace":
@@ -411,15 +487,22 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                 # refresh (a whole-batch rebuild per minibatch made it 3x slower).
                 batch = build_batch(model, groups, hyper, others)
             for mb, idx in enumerate(_minibatches(len(batch), hyper, gen)):
-                snap = writer.take_newest()  # no round trip: the writer thread watches
-                if snap is not None and snap.version > pol.version:
-                    pol = POLICIES.install(rs, snap, device)
-                    if pol.model is not model:  # rebuilt (new shape): new parameter objects
-                        model = pol.model
-                        params = list(model.parameters())
-                        layout = param_layout(model)
-                if not versions_used or versions_used[-1] != pol.version:
-                    versions_used.append(pol.version)
+                if la is not None:
+                    applied = writer.take_applied()  # no round trip: the writer thread polls
+                    if applied is not None and la.diverged(applied):
+                        _resync(rs, la)
+                    version_used = la.version
+                else:
+                    snap = writer.take_newest()  # no round trip: the writer thread watches
+                    if snap is not None and snap.version > pol.version:
+                        pol = POLICIES.install(rs, snap, device)
+                        if pol.model is not model:  # rebuilt (new shape): new parameter objects
+                            model = pol.model
+                            params = list(model.parameters())
+                            layout = param_layout(model)
+                    version_used = pol.version
+                if not versions_used or versions_used[-1] != version_used:
+                    versions_used.append(version_used)
                 for p in params:  # cheaper than Module.zero_grad, which walks every submodule
                     p.grad = None
                 loss, mb_stats = _loss(model, batch, idx, hyper)
@@ -429,15 +512,18 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                 flat_grad = _flat_grad(params)
                 ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
                 stats.add(mb_stats)
+                seq = la.step(flat_grad)[0] if la is not None else None
                 writer.submit(Gradient.from_flat(
                     flat_grad.cpu().numpy(),
                     layout,
                     invocation_id=ev.invocation_id,
                     epoch=epoch,
                     minibatch=mb,
-                    version_used=pol.version,
+                    version_used=version_used,
                     n_samples=int(idx.numel()),
                     behaviour_versions=sorted(set(batch.behaviour_version[idx].tolist())),
+                    lineage=la.lineage if la is not None else None,
+                    seq=seq,
                 ))
     except BaseException:
         writer.abort()
@@ -450,6 +536,8 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     out.update({"gradients": writer.written, "duplicates": writer.duplicates,
                 "versions_used": sorted(set(versions_used)),
                 "_write_s": time.perf_counter() - tw})
+    if la is not None:
+        out["lookahead_rebases"] = la.rebases - rebases_at_start
     return out
 
 

@@ -131,6 +131,10 @@ class LearnerEvent(_Event):
     ret_stats: dict[str, Any] | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0
+    # Gradient mode: apply each gradient locally with the master's Adam too, so the next one
+    # is computed at the weights the master will have when it arrives (functions/lookahead.py).
+    lookahead: bool = False
+    master_adam_betas: tuple[float, float] = (0.9, 0.999)
 
     @field_validator("obs_stats", "ret_stats")
     @classmethod
@@ -348,6 +352,10 @@ class Gradient:
     n_samples: int
     behaviour_versions: list[int] = field(default_factory=list)
     flat: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # A learner that looks ahead (functions/lookahead.py): its process-unique id and this
+    # gradient's place in its sequence, which the master echoes back when it publishes.
+    lineage: str | None = None
+    seq: int | None = None
 
     @classmethod
     def from_flat(cls, flat: np.ndarray, layout: Layout, **fields: Any) -> Gradient:
@@ -374,6 +382,8 @@ class Gradient:
             "version_used": int(self.version_used),
             "n_samples": int(self.n_samples),
             "behaviour_versions": [int(v) for v in self.behaviour_versions],
+            **({"lineage": self.lineage, "seq": int(self.seq)}
+               if self.lineage is not None and self.seq is not None else {}),
         }
 
     def to_blob(self) -> bytes:
@@ -395,6 +405,8 @@ class Gradient:
                 version_used=int(meta["version_used"]),
                 n_samples=int(meta["n_samples"]),
                 behaviour_versions=[int(v) for v in meta.get("behaviour_versions", [])],
+                lineage=None if meta.get("lineage") is None else str(meta["lineage"]),
+                seq=None if meta.get("seq") is None else int(meta["seq"]),
             )
             layout = meta.get("layout")
             if layout is None:  # one tensor per parameter (blobs written before the flat format)

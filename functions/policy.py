@@ -166,6 +166,26 @@ def param_layout(model: nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return tuple((n, tuple(p.shape)) for n, p in model.named_parameters())
 
 
+def flatten_parameters(model: nn.Module) -> tuple[nn.Parameter, dict[str, slice]]:
+    """Make every parameter of ``model`` a view into one flat vector, returned as a leaf
+    ``Parameter`` with each name's slice.
+
+    Adam is elementwise, so one fused step on the flat vector is the same update as
+    per-parameter Adam in ~10 tensor ops instead of ~10 per parameter; and a flat gradient
+    from the wire applies without a split. Loading weights (``copy_`` into the parameters)
+    keeps the views; moving the module to another device does not.
+    """
+    named = dict(model.named_parameters())
+    flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in named.values()]))
+    slices: dict[str, slice] = {}
+    offset = 0
+    for name, p in named.items():
+        slices[name] = slice(offset, offset + p.numel())
+        p.data = flat.data[slices[name]].view_as(p)
+        offset += p.numel()
+    return flat, slices
+
+
 def build_policy(meta: Mapping[str, Any]) -> ActorCritic:
     """An (untrained) module of the shape a published version's meta describes."""
     try:

@@ -63,7 +63,8 @@ class CachedPolicy:
     meta: dict[str, Any]
 
 
-def _same_shape(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_shape(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Do two policy metas describe modules of the same shape (weights interchangeable)?"""
     keys = ("obs_dim", "action_space", "spec")
     return all(a.get(k) == b.get(k) for k in keys)
 
@@ -124,7 +125,7 @@ class PolicyCache:
         snap: PolicySnapshot,
         device: torch.device | str,
     ) -> CachedPolicy:
-        if entry is not None and _same_shape(entry.meta, snap.meta):
+        if entry is not None and same_shape(entry.meta, snap.meta):
             model = entry.model  # reuse the module: only the numbers changed
         else:
             model = build_policy(snap.meta)

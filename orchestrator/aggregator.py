@@ -47,6 +47,8 @@ class Aggregate:
     entry_ids: list[str]
     reason: str
     n_samples: int
+    # (lineage, seq) of the look-ahead learners' gradients in it, in stream order
+    lineages: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def grads(self) -> dict[str, np.ndarray]:
@@ -154,6 +156,8 @@ class StalenessAggregator:
             entry_ids=[b.entry_id for b in self.buffer],
             reason=reason,
             n_samples=sum(b.gradient.n_samples for b in self.buffer),
+            lineages=[(b.gradient.lineage, b.gradient.seq) for b in self.buffer
+                      if b.gradient.lineage is not None and b.gradient.seq is not None],
         )
         self.applied.update(out.dedupe_ids)
         self.buffer.clear()

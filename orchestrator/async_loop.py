@@ -65,6 +65,8 @@ class AsyncTrainer(Trainer):
         self._stop = threading.Event()
         self._to_ack: list[str] = []  # applied, their version not yet published
         self._acks_ready: list[str] = []  # applied and published: acknowledged with the next read
+        # look-ahead lineage -> (seq, version) of its last gradient applied since the last publish
+        self._applied_by_lineage: dict[str, tuple[int, int]] = {}
         self._window_start = 0.0
         self._actor_steps = cfg.n_envs * cfg.rollout_steps
         self._agg_error: BaseException | None = None
@@ -170,6 +172,7 @@ class AsyncTrainer(Trainer):
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
+                lookahead=cfg.learner_lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
 
@@ -290,6 +293,8 @@ class AsyncTrainer(Trainer):
                 self.master.apply(out.flat, layout=out.layout)
                 self.counters.grads_applied += len(out.dedupe_ids)
                 self.counters.grad_staleness.extend(out.staleness)
+                for lineage, seq in out.lineages:  # echoed to look-ahead learners on publish
+                    self._applied_by_lineage[lineage] = (seq, v_now + 1)
             self.log_applied(out.dedupe_ids, v_now + 1)
             self._to_ack.extend(out.entry_ids)
 
@@ -305,7 +310,8 @@ class AsyncTrainer(Trainer):
         try:
             with self.lock:
                 if self.master.published_version != self.master.version:
-                    self.master.publish(self.rs)
+                    self.master.publish(self.rs, applied=self._applied_by_lineage)
+                    self._applied_by_lineage = {}
             if self._to_ack:
                 self.flush_applied_log()
                 self._acks_ready.extend(self._to_ack)

@@ -95,12 +95,18 @@ class TrainConfig(BaseModel):
         "from 3,900 to 4,600 env steps/s for ~2 more versions of gradient staleness "
         "(benchmarks/RESULTS.md)."
     )
+    learner_lookahead: bool = Field(
+        True, description="Async learners apply each gradient they send to a local copy with "
+        "the master's Adam and compute the next one there, tagged with the version the master "
+        "will apply it at: no gradient staleness with one learner, checked against what the "
+        "master publishes and rebased when it differs (functions/lookahead.py)."
+    )
     master_adam_beta1: float = Field(
-        0.5, ge=0.0, lt=1.0, description="Momentum coefficient of the async master's Adam. "
-        "Asynchrony adds momentum of its own (a gradient computed a few versions ago keeps "
-        "pushing where the last ones did; Mitliagkas et al. 2016), so the explicit momentum "
-        "can be lower than the synchronous 0.9: with gradients 6 versions stale, 0.5 took back "
-        "much of what 0.9 lost on Hopper (benchmarks/RESULTS.md, staleness study)."
+        0.9, ge=0.0, lt=1.0, description="Momentum coefficient of the async master's Adam. "
+        "Stale gradients add momentum of their own (a gradient computed a few versions ago "
+        "keeps pushing where the last ones did; Mitliagkas et al. 2016): without look-ahead, "
+        "0.5 took back much of what 0.9 lost with gradients 6 versions stale on Hopper "
+        "(benchmarks/RESULTS.md, staleness study); with it, PPO's usual 0.9."
     )
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this."

@@ -35,6 +35,7 @@ class Counters:
     redis_recoveries: int = 0
     store_errors: int = 0
     grads_applied: int = 0
+    lookahead_rebases: int = 0  # mid-invocation rebases of look-ahead learners
     traj_staleness: list[int] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -127,6 +128,7 @@ class Trainer:
             for k, v in payload.items():
                 if k.startswith("losses/") and isinstance(v, int | float):
                     self.recent_stats[k] = float(v)
+            self.counters.lookahead_rebases += int(payload.get("lookahead_rebases", 0))
 
     # -- evaluation -------------------------------------------------------------------------
     def maybe_evaluate(self, force: bool = False) -> None:
@@ -309,6 +311,7 @@ class Trainer:
             "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),
             "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
             "learner_gave_up": c.learner_gave_up, "grads_applied": c.grads_applied,
+            "lookahead_rebases": c.lookahead_rebases,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "cost": self.cost.report(wall), "backend_billing": self.invoker.billing(),

@@ -7,7 +7,7 @@ from store.connection import Store, redact, resolve_url
 from store.embedded import EmbeddedRedis, free_port, redis_server_executable
 from store.errors import CorruptBlob, StoreError, StoreUnavailable, VersionEvicted, VersionNotFound
 from store.keys import RunKeys, validate_run_id
-from store.params import ParamStore, PolicySnapshot
+from store.params import Applied, ParamStore, PolicySnapshot
 from store.run import RunMeta, RunStore
 from store.serde import decode, encode, read_meta
 from store.streams import Entry, Stream, StreamStats
@@ -17,6 +17,7 @@ __all__ = [
     "EmbeddedRedis",
     "Entry",
     "ParamStore",
+    "Applied",
     "PolicySnapshot",
     "RunKeys",
     "RunMeta",

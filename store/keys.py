@@ -54,6 +54,12 @@ class RunKeys:
         """Sorted set of retained versions (score = version), used for eviction."""
         return f"{self.prefix}:params:versions"
 
+    @property
+    def params_applied(self) -> str:
+        """Hash: gradient lineage -> ``"seq:version"``, the last gradient of that lineage in a
+        published version (written with the version, read by learners that look ahead)."""
+        return f"{self.prefix}:params:applied"
+
     # -- streams -------------------------------------------------------------------------
     def stream(self, name: str) -> str:
         return f"{self.prefix}:{name}"

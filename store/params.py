@@ -19,7 +19,8 @@ from store.connection import Store
 from store.errors import VersionEvicted, VersionNotFound
 from store.keys import RunKeys
 
-# KEYS: latest, versions(zset), latest_blob  ARGV: prefix, version, blob, keep, allow_rewind
+# KEYS: latest, versions(zset), latest_blob, applied(hash)
+# ARGV: prefix, version, blob, keep, allow_rewind, then lineage/"seq:version" pairs
 _PUBLISH = """
 local v = tonumber(ARGV[2])
 local cur = redis.call('GET', KEYS[1])
@@ -37,6 +38,9 @@ redis.call('SET', ARGV[1] .. ':params:' .. v, ARGV[3])
 redis.call('ZADD', KEYS[2], v, tostring(v))
 redis.call('SET', KEYS[1], tostring(v))
 redis.call('SET', KEYS[3], ARGV[3])
+if #ARGV > 5 then
+  redis.call('HSET', KEYS[4], unpack(ARGV, 6))
+end
 local keep = tonumber(ARGV[4])
 local n = redis.call('ZCARD', KEYS[2])
 local evicted = 0
@@ -60,6 +64,27 @@ if cur == ARGV[1] then return {cur} end
 return {cur, redis.call('GET', KEYS[2])}
 """
 
+# KEYS: latest, applied(hash)  ARGV: lineage.  Returns {latest, "seq:version"} ('' = none;
+# a nil would end the reply array early).
+_POLL_APPLIED = """
+return {redis.call('GET', KEYS[1]) or '', redis.call('HGET', KEYS[2], ARGV[1]) or ''}
+"""
+
+# KEYS: latest_blob, applied(hash)  ARGV: lineage.  Returns {blob, "seq:version"} ('' = none).
+_LATEST_WITH_APPLIED = """
+return {redis.call('GET', KEYS[1]) or '', redis.call('HGET', KEYS[2], ARGV[1]) or ''}
+"""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a learner that looks ahead polls: the latest version, and the last of its own
+    gradients (``seq``) that a published version holds, with the version it produced."""
+
+    latest: int
+    seq: int | None = None
+    version: int | None = None
+
 
 @dataclass(frozen=True)
 class PolicySnapshot:
@@ -81,6 +106,8 @@ class ParamStore:
         self.keep = keep
         self._publish = store.script(_PUBLISH)
         self._fetch_latest = store.script(_FETCH_LATEST)
+        self._poll_applied = store.script(_POLL_APPLIED)
+        self._latest_with_applied = store.script(_LATEST_WITH_APPLIED)
 
     def publish(
         self,
@@ -88,22 +115,28 @@ class ParamStore:
         tensors: Mapping[str, Any],
         meta: Mapping[str, Any] | None = None,
         allow_rewind: bool = False,
+        applied: Mapping[str, tuple[int, int]] | None = None,
     ) -> int:
         """Atomically store ``version`` and point ``latest`` at it; returns #evicted versions.
 
         Versions only move forward unless ``allow_rewind`` (a resumed orchestrator
-        republishing its checkpoint), which also deletes the versions above it.
+        republishing its checkpoint), which also deletes the versions above it. ``applied``:
+        lineage -> (seq, version) of the last gradient of each lineage applied since the
+        previous publish, recorded in the same step (see :meth:`poll_command`).
         """
         if int(version) < 0:
             raise ValueError("version must be >= 0")
         doc = {**dict(meta or {}), "version": int(version)}
         blob = serde.encode(tensors, doc)
-        args = [self.keys.prefix, int(version), blob, self.keep, "1" if allow_rewind else "0"]
+        args: list[Any] = [self.keys.prefix, int(version), blob, self.keep,
+                           "1" if allow_rewind else "0"]
+        for lineage, (seq, v) in (applied or {}).items():
+            args += [lineage, f"{int(seq)}:{int(v)}"]
         return int(
             self.store.call(
                 lambda r: self._publish(
                     keys=[self.keys.params_latest, self.keys.params_versions,
-                          self.keys.params_latest_blob],
+                          self.keys.params_latest_blob, self.keys.params_applied],
                     args=args,
                     client=r,
                 )
@@ -143,6 +176,29 @@ class ParamStore:
             raise VersionNotFound(f"policy version {version} has no blob")
         return self._snapshot(version, blob)
 
+    def poll_command(self, lineage: str) -> tuple[Any, list[str], list[str]]:
+        """The latest version and ``lineage``'s last applied gradient, as a script call for
+        pipelining: a few bytes, where :meth:`fetch_command` moves a whole policy."""
+        return self._poll_applied, [self.keys.params_latest, self.keys.params_applied], [lineage]
+
+    def poll_reply(self, reply: Any) -> Applied:
+        latest, applied = reply
+        if not latest:
+            raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
+        return _applied(int(latest), applied)
+
+    def latest_with_applied(self, lineage: str) -> tuple[PolicySnapshot, Applied]:
+        """The latest policy and ``lineage``'s last applied gradient, read atomically: a
+        learner rebasing onto the master must know exactly which of its steps it holds."""
+        keys = [self.keys.params_latest_blob, self.keys.params_applied]
+        blob, applied = self.store.call(
+            lambda r: self._latest_with_applied(keys=keys, args=[lineage], client=r))
+        if not blob:
+            raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
+        tensors, meta = serde.decode(blob)
+        snap = PolicySnapshot(version=int(meta.get("version", -1)), tensors=tensors, meta=meta)
+        return snap, _applied(snap.version, applied)
+
     def get(self, version: int) -> PolicySnapshot:
         """A specific version; :class:`VersionEvicted` when it fell out of the window."""
         version = int(version)
@@ -171,3 +227,11 @@ class ParamStore:
     def _snapshot(self, version: int, blob: bytes) -> PolicySnapshot:
         tensors, meta = serde.decode(blob)
         return PolicySnapshot(version=version, tensors=tensors, meta=meta)
+
+
+def _applied(latest: int, raw: bytes | str | None) -> Applied:
+    if not raw:
+        return Applied(latest)
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    seq, _, version = text.partition(":")
+    return Applied(latest, int(seq), int(version))

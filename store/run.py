@@ -10,7 +10,7 @@ import redis
 from store import serde
 from store.connection import Store
 from store.keys import RunKeys
-from store.params import ParamStore, PolicySnapshot
+from store.params import Applied, ParamStore, PolicySnapshot
 from store.streams import Stream
 
 
@@ -61,11 +61,25 @@ class RunStore:
         """``stream.append(...)`` and ``params.fetch_if_newer(known_version)`` in one round trip.
 
         A learner streams a gradient and picks up the newest policy every minibatch: two
-        scripts in one pipeline halve the round trips (and their CPU, on few cores). The
-        scripts run by SHA; one the server lost (a restart) is reloaded and run alone.
+        scripts in one pipeline halve the round trips (and their CPU, on few cores).
         """
-        scripts = [stream.append_command(meta, blob, dedupe_id),
-                   self.params.fetch_command(known_version)]
+        append_reply, fetch_reply = self._run_scripts([
+            stream.append_command(meta, blob, dedupe_id), self.params.fetch_command(known_version)])
+        return Stream.append_reply(append_reply), self.params.fetch_reply(fetch_reply)
+
+    def append_and_poll_applied(
+        self, stream: Stream, meta: Mapping[str, Any], blob: bytes | None, dedupe_id: str | None,
+        lineage: str,
+    ) -> tuple[str | None, Applied]:
+        """``stream.append(...)`` and ``params.poll_command(lineage)`` in one round trip: what a
+        learner that looks ahead needs per minibatch (a few bytes back, not a policy)."""
+        append_reply, poll_reply = self._run_scripts([
+            stream.append_command(meta, blob, dedupe_id), self.params.poll_command(lineage)])
+        return Stream.append_reply(append_reply), self.params.poll_reply(poll_reply)
+
+    def _run_scripts(self, scripts: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
+        """Run Lua scripts in one pipeline, by SHA; one the server lost (a restart) is
+        reloaded and run alone."""
 
         def do(r: redis.Redis) -> list[Any]:
             pipe = r.pipeline(transaction=False)
@@ -79,8 +93,7 @@ class RunStore:
                     raise replies[i]
             return replies
 
-        append_reply, fetch_reply = self.store.call(do)
-        return Stream.append_reply(append_reply), self.params.fetch_reply(fetch_reply)
+        return list(self.store.call(do))
 
     def put_state(self, name: str, tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
         """Store a named tensor blob (safetensors), e.g. optimizer state between sync rounds."""
