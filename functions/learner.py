@@ -1,9 +1,12 @@
 """Learner function: trajectories in, PPO gradients (async) or a new version (sync) out.
 
-``gradient`` mode (Stellaris): work through ``update_epochs x num_minibatches``; before each
-minibatch one cheap ``latest_version()`` read, refreshing the weights when they moved; write
-one :class:`Gradient` per minibatch tagged with the version it was computed at, deduplicated
-by ``invocation:epoch:minibatch`` so a retried invocation cannot double-apply.
+``gradient`` mode (Stellaris): work through ``update_epochs x num_minibatches`` and write one
+:class:`Gradient` per minibatch (``gradients_per_message`` of them per stream message), tagged
+with the version it was computed at and deduplicated by ``invocation:epoch:minibatch`` so a
+retried invocation cannot double-apply. With ``lookahead`` (functions/lookahead.py) each
+gradient is also applied locally with the master's Adam and the next one computed there,
+tagged with the version the master will apply it at; without, the weights are refreshed from
+the newest published version before each minibatch.
 
 ``update`` mode (sync baseline): the same loop applying Adam steps locally, starting from the
 latest version and the Adam state kept in the store; then publish ``target_version``.
@@ -266,20 +269,25 @@ class _GradientWriter:
     """Streams gradients to Redis from one background thread, in order.
 
     Sending a ~40 KB blob is socket time that releases the GIL, so it overlaps with the next
-    minibatch's forward/backward instead of adding to it. At most ``max_pending`` gradients
-    wait (bounded memory); a failed write surfaces at the next submit or at ``close``.
+    minibatch's forward/backward instead of adding to it. ``per_message`` consecutive
+    gradients travel as one message (:meth:`Gradient.pack`): the encode, the round trip and
+    the master's decode are paid once for them — on two cores that CPU is taken from the
+    forward/backward. At most ``max_pending`` messages wait (bounded memory); a failed write
+    surfaces at the next submit or at ``close``.
     """
 
     MAX_PENDING = 4
 
     def __init__(self, rs: RunStore, known_version: int, max_pending: int = MAX_PENDING,
-                 lineage: str | None = None) -> None:
+                 lineage: str | None = None, per_message: int = 1) -> None:
         self.rs = rs
         self.lineage = lineage  # look-ahead: poll what the master applied, not its weights
+        self.per_message = max(1, per_message)
         self.max_pending = max_pending
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="stellaris-grad-writer")
-        self.pending: deque[Future[str | None]] = deque()
+        self.pending: deque[Future[tuple[str | None, int]]] = deque()
         self.written = self.duplicates = 0
+        self._batch: list[Gradient] = []
         # The newest policy seen after a write, for the compute loop to pick up. Watching
         # here, off the compute thread, takes the per-minibatch version read (a blocking
         # round trip, 10-47% of learner time in the profile) off the critical path.
@@ -288,20 +296,20 @@ class _GradientWriter:
         self._newest: PolicySnapshot | None = None
         self._applied: Applied | None = None
 
-    def _write(self, grad: Gradient) -> str | None:
+    def _write(self, grads: list[Gradient]) -> tuple[str | None, int]:
+        meta, blob, dedupe_id = Gradient.pack(grads)
         if self.lineage is not None:
             entry, applied = self.rs.append_and_poll_applied(
-                self.rs.grads, grad.meta(), grad.to_blob(), grad.dedupe_id, self.lineage)
+                self.rs.grads, meta, blob, dedupe_id, self.lineage)
             with self._lock:
                 self._applied = applied
-            return entry
-        entry, snap = self.rs.append_and_poll(
-            self.rs.grads, grad.meta(), grad.to_blob(), grad.dedupe_id, self._known)
+            return entry, len(grads)
+        entry, snap = self.rs.append_and_poll(self.rs.grads, meta, blob, dedupe_id, self._known)
         if snap is not None:
             with self._lock:
                 self._known = snap.version
                 self._newest = snap
-        return entry
+        return entry, len(grads)
 
     def take_newest(self) -> PolicySnapshot | None:
         """The newest policy published since the last call (``None``: nothing new)."""
@@ -317,18 +325,27 @@ class _GradientWriter:
 
     def _collect(self, keep: int) -> None:
         while len(self.pending) > keep or (self.pending and self.pending[0].done()):
-            if self.pending.popleft().result() is None:
-                self.duplicates += 1
+            entry, n = self.pending.popleft().result()
+            if entry is None:
+                self.duplicates += n
             else:
-                self.written += 1
+                self.written += n
 
     def submit(self, grad: Gradient) -> None:
-        self._collect(self.max_pending - 1)
-        self.pending.append(self.pool.submit(self._write, grad))
+        self._batch.append(grad)
+        if len(self._batch) >= self.per_message:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._collect(self.max_pending - 1)
+            self.pending.append(self.pool.submit(self._write, self._batch))
+            self._batch = []
 
     def close(self) -> None:
-        """Wait for every write; raises the first write error."""
+        """Send what is left and wait for every write; raises the first write error."""
         try:
+            self._flush()
             self._collect(0)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
@@ -478,7 +495,8 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     versions_used: list[int] = []
     params = list(model.parameters())
     layout = param_layout(model)
-    writer = _GradientWriter(rs, pol.version, lineage=la.lineage if la else None)
+    writer = _GradientWriter(rs, pol.version, lineage=la.lineage if la else None,
+                             per_message=ev.gradients_per_message)
     rebases_at_start = la.rebases if la else 0
     try:
         for epoch in range(hyper.update_epochs):

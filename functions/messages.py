@@ -135,6 +135,8 @@ class LearnerEvent(_Event):
     # is computed at the weights the master will have when it arrives (functions/lookahead.py).
     lookahead: bool = False
     master_adam_betas: tuple[float, float] = (0.9, 0.999)
+    # Gradient mode: consecutive gradients sent as one stream message (Gradient.pack)
+    gradients_per_message: int = Field(1, ge=1, le=64)
 
     @field_validator("obs_stats", "ret_stats")
     @classmethod
@@ -393,28 +395,92 @@ class Gradient:
 
     @classmethod
     def from_blob(cls, blob: bytes) -> Gradient:
-        arrays, meta = decode(blob)
+        return cls._from_decoded(*decode(blob))
+
+    @classmethod
+    def _from_decoded(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Gradient:
         if meta.get("kind") != "gradient":
             raise CorruptBlob(f"blob is not a gradient (kind={meta.get('kind')!r})")
         _check_kinds("gradient", arrays, dict.fromkeys(arrays, "f"))
-        try:
-            fields = dict(
-                invocation_id=str(meta["invocation_id"]),
-                epoch=int(meta["epoch"]),
-                minibatch=int(meta["minibatch"]),
-                version_used=int(meta["version_used"]),
-                n_samples=int(meta["n_samples"]),
-                behaviour_versions=[int(v) for v in meta.get("behaviour_versions", [])],
-                lineage=None if meta.get("lineage") is None else str(meta["lineage"]),
-                seq=None if meta.get("seq") is None else int(meta["seq"]),
-            )
-            layout = meta.get("layout")
-            if layout is None:  # one tensor per parameter (blobs written before the flat format)
-                return cls(grads=arrays, **fields)
-            parsed: Layout = tuple((str(name), tuple(int(d) for d in shape)) for name, shape in layout)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptBlob(f"gradient blob metadata is incomplete: {exc!r}") from exc
+        fields = _gradient_fields(meta)
+        layout = meta.get("layout")
+        if layout is None:  # one tensor per parameter (blobs written before the flat format)
+            return cls(grads=arrays, **fields)
+        parsed = _parse_layout(layout)
         if set(arrays) != {"flat"} or arrays["flat"].ndim != 1:
             raise CorruptBlob(f"flat gradient blob must hold one 1-D 'flat' array, has {sorted(arrays)}")
         flat = arrays["flat"].astype(np.float32, copy=False)
         return cls(grads=split_flat(flat, parsed), flat=flat, **fields)
+
+    # -- several gradients in one message ------------------------------------------------------
+    @staticmethod
+    def pack(grads: list[Gradient]) -> tuple[dict[str, Any], bytes, str]:
+        """Consecutive gradients of one learner as one message: (stream meta, blob, dedupe id).
+
+        One ``[k, n]`` float32 array and one JSON list of per-gradient metadata: one encode,
+        one stream entry and one decode for ``k`` gradients. Each keeps its own identity,
+        version and sequence number; the aggregator still applies them one by one. One
+        gradient packs as the single-gradient format.
+        """
+        if not grads:
+            raise ValueError("nothing to pack")
+        first = grads[0]
+        if len(grads) == 1:
+            return first.meta(), first.to_blob(), first.dedupe_id
+        flats = [g.flat_vector() for g in grads]
+        if len({f.size for f in flats}) != 1:
+            raise ValueError("gradients of one message must have the same size")
+        items = [g.meta() for g in grads]
+        meta = {"kind": "gradients", "invocation_id": first.invocation_id, "count": len(grads),
+                "first": [first.epoch, first.minibatch], "version_used": first.version_used}
+        blob_meta = {**meta, "items": items,
+                     "layout": [[name, list(shape)] for name, shape in flat_layout(first.grads)]}
+        return meta, encode({"flat": np.stack(flats)}, blob_meta), f"{first.dedupe_id}+{len(grads)}"
+
+    @classmethod
+    def unpack(cls, blob: bytes) -> list[Gradient]:
+        """The gradients of a stream entry: a packed message or a single gradient."""
+        arrays, meta = decode(blob)
+        if meta.get("kind") == "gradient":
+            return [cls._from_decoded(arrays, meta)]
+        if meta.get("kind") != "gradients":
+            raise CorruptBlob(f"blob is not a gradient message (kind={meta.get('kind')!r})")
+        _check_kinds("gradients", arrays, dict.fromkeys(arrays, "f"))
+        items, layout = meta.get("items"), meta.get("layout")
+        flat = arrays.get("flat")
+        if not isinstance(items, list) or layout is None or flat is None or set(arrays) != {"flat"}:
+            raise CorruptBlob("packed gradient blob needs 'items', 'layout' and one 'flat' array")
+        if flat.ndim != 2 or flat.shape[0] != len(items):
+            raise CorruptBlob(f"packed gradients: 'flat' has shape {flat.shape} for "
+                              f"{len(items)} items")
+        parsed = _parse_layout(layout)
+        flat = flat.astype(np.float32, copy=False)
+        out = []
+        for row, item in zip(flat, items, strict=True):
+            if not isinstance(item, Mapping):
+                raise CorruptBlob("packed gradient item is not an object")
+            out.append(cls(grads=split_flat(row, parsed), flat=row, **_gradient_fields(item)))
+        return out
+
+
+def _gradient_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return dict(
+            invocation_id=str(meta["invocation_id"]),
+            epoch=int(meta["epoch"]),
+            minibatch=int(meta["minibatch"]),
+            version_used=int(meta["version_used"]),
+            n_samples=int(meta["n_samples"]),
+            behaviour_versions=[int(v) for v in meta.get("behaviour_versions", [])],
+            lineage=None if meta.get("lineage") is None else str(meta["lineage"]),
+            seq=None if meta.get("seq") is None else int(meta["seq"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptBlob(f"gradient blob metadata is incomplete: {exc!r}") from exc
+
+
+def _parse_layout(layout: Any) -> Layout:
+    try:
+        return tuple((str(name), tuple(int(d) for d in shape)) for name, shape in layout)
+    except (TypeError, ValueError) as exc:
+        raise CorruptBlob(f"gradient blob metadata is incomplete: malformed layout {exc!r}") from exc

@@ -64,6 +64,7 @@ class AsyncTrainer(Trainer):
         self.pacer = RolloutPacer(cfg.actor_start == "just_in_time")
         self._stop = threading.Event()
         self._to_ack: list[str] = []  # applied, their version not yet published
+        self._entry_left: dict[str, int] = {}  # stream entry -> its gradients not yet settled
         self._acks_ready: list[str] = []  # applied and published: acknowledged with the next read
         # look-ahead lineage -> (seq, version) of its last gradient applied since the last publish
         self._applied_by_lineage: dict[str, tuple[int, int]] = {}
@@ -173,6 +174,7 @@ class AsyncTrainer(Trainer):
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
                 lookahead=cfg.learner_lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
+                gradients_per_message=cfg.gradients_per_message,
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
 
@@ -263,7 +265,6 @@ class AsyncTrainer(Trainer):
             try:
                 for e in entries:
                     self._offer(e.id, e.blob)
-                    self._apply_while_ready()
                 self._apply_while_ready()
                 self._publish_if_moved()
             except StoreError as exc:
@@ -275,14 +276,30 @@ class AsyncTrainer(Trainer):
 
     def _offer(self, entry_id: str, blob: bytes | None) -> None:
         try:
-            grad = Gradient.from_blob(blob or b"")
+            grads = Gradient.unpack(blob or b"")
         except CorruptBlob as exc:
             self.counters.last_errors.append(f"corrupt gradient {entry_id}: {exc}")
             self._acks_ready.append(entry_id)  # never applied: acknowledged with the next read
             return
-        status = self.aggregator.offer(grad, entry_id, self.master.version, time.monotonic())
-        if status != "buffered":
-            self._acks_ready.append(entry_id)
+        # A message of several gradients is acknowledged once every one of them is settled.
+        self._entry_left[entry_id] = len(grads)
+        for grad in grads:
+            status = self.aggregator.offer(grad, entry_id, self.master.version, time.monotonic())
+            if status != "buffered":
+                self._settled(entry_id)
+            # Each gradient meets the buffer rule on its own, as if it had come alone: offering
+            # a whole message first would let one aggregation average all of it.
+            self._apply_while_ready()
+
+    def _settled(self, entry_id: str) -> None:
+        """One gradient of ``entry_id`` applied, dropped or a duplicate; the entry is
+        acknowledged after the next publish once none of its gradients is left."""
+        left = self._entry_left.get(entry_id, 1) - 1
+        if left > 0:
+            self._entry_left[entry_id] = left
+        else:
+            self._entry_left.pop(entry_id, None)
+            self._to_ack.append(entry_id)
 
     def _apply_while_ready(self) -> None:
         agg = self.aggregator
@@ -296,7 +313,8 @@ class AsyncTrainer(Trainer):
                 for lineage, seq in out.lineages:  # echoed to look-ahead learners on publish
                     self._applied_by_lineage[lineage] = (seq, v_now + 1)
             self.log_applied(out.dedupe_ids, v_now + 1)
-            self._to_ack.extend(out.entry_ids)
+            for entry_id in out.entry_ids:
+                self._settled(entry_id)
 
     def _publish_if_moved(self, force: bool = False) -> None:
         """Publish the newest version once per batching window.

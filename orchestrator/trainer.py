@@ -243,8 +243,10 @@ class Trainer:
         if not force and now < self._next_guard:
             return not self._store_down
         try:
-            latest = self.rs.params.latest_version()
             with self.lock:
+                # read under the lock: a publish between the read and the check would look
+                # like a lost version (and count a recovery that never happened)
+                latest = self.rs.params.latest_version()
                 behind = latest is None or latest < self.master.published_version
                 if behind:
                     self.master.publish(self.rs, allow_rewind=True)

@@ -233,6 +233,24 @@ def test_retried_learner_is_deduplicated(run_store, redis_url):
     assert keys == [(ep, mb) for ep in range(2) for mb in range(4)]
 
 
+def test_learner_packs_consecutive_gradients_and_a_retry_is_deduplicated(run_store, redis_url):
+    publish_init(run_store, "CartPole-v1")
+    ids = sample(run_store, redis_url)
+    e = ev(run_store, redis_url, trajectory_ids=ids, invocation_id="packed",
+           hyper={"update_epochs": 2, "num_minibatches": 4}, gradients_per_message=3)
+    first = learner.handler(e)
+    second = learner.handler(e)
+    assert (first["gradients"], first["duplicates"]) == (8, 0)
+    assert (second["gradients"], second["duplicates"]) == (0, 8)
+    stats = run_store.grads.stats()
+    assert (stats.length, stats.duplicates) == (3, 3)  # messages of 3, 3 and 2 gradients
+    run_store.grads.ensure_group("g")
+    entries = run_store.grads.read("g", "c", count=100, block_ms=None)
+    grads = [g for entry in entries for g in Gradient.unpack(entry.blob)]
+    assert [(g.epoch, g.minibatch) for g in grads] == [(ep, mb) for ep in range(2) for mb in range(4)]
+    assert [e.meta["count"] for e in entries[:2]] == [3, 3]
+
+
 def test_learner_refreshes_weights_when_the_version_moves(run_store, redis_url, monkeypatch):
     publish_init(run_store, "CartPole-v1")
     ids = sample(run_store, redis_url)

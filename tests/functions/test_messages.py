@@ -129,6 +129,49 @@ def test_gradient_blob_round_trip() -> None:
     assert np.array_equal(back.grads["actor.0.weight"], g.grads["actor.0.weight"])
 
 
+def _grad(mb: int, **kw) -> Gradient:
+    flat = np.arange(10, dtype=np.float32) + mb
+    return Gradient.from_flat(flat, (("w", (2, 3)), ("b", (4,))), invocation_id="i", epoch=0,
+                              minibatch=mb, version_used=7 + mb, n_samples=64, **kw)
+
+
+def test_packed_gradients_round_trip_each_with_its_own_identity() -> None:
+    grads = [_grad(mb, lineage="L", seq=mb + 1) for mb in range(3)]
+    meta, blob, dedupe = Gradient.pack(grads)
+    assert dedupe == "i:0:0+3" and meta["count"] == 3 and meta["kind"] == "gradients"
+    back = Gradient.unpack(blob)
+    assert [g.meta() for g in back] == [g.meta() for g in grads]
+    for a, b in zip(back, grads, strict=True):
+        assert np.array_equal(a.flat_vector(), b.flat_vector())
+        assert np.array_equal(a.grads["w"], b.grads["w"]) and a.grads["b"].shape == (4,)
+    # one gradient packs as the single-gradient format, which unpack also reads
+    meta1, blob1, dedupe1 = Gradient.pack(grads[:1])
+    assert meta1["kind"] == "gradient" and dedupe1 == "i:0:0"
+    assert [g.meta() for g in Gradient.unpack(blob1)] == [grads[0].meta()]
+
+
+def test_corrupt_packed_gradients() -> None:
+    _, blob, _ = Gradient.pack([_grad(0), _grad(1)])
+    with pytest.raises(CorruptBlob):
+        Gradient.unpack(blob[:60])
+    with pytest.raises(CorruptBlob, match="shape"):  # rows and items disagree
+        Gradient.unpack(encode({"flat": np.zeros((3, 10), np.float32)},
+                               {"kind": "gradients", "items": [_grad(0).meta()],
+                                "layout": [["w", [10]]]}))
+    with pytest.raises(CorruptBlob, match="incomplete"):
+        Gradient.unpack(encode({"flat": np.zeros((1, 10), np.float32)},
+                               {"kind": "gradients", "items": [{"epoch": 0}],
+                                "layout": [["w", [10]]]}))
+    with pytest.raises(CorruptBlob, match="dtype"):
+        Gradient.unpack(encode({"flat": np.zeros((1, 10), np.int32)},
+                               {"kind": "gradients", "items": [_grad(0).meta()],
+                                "layout": [["w", [10]]]}))
+    with pytest.raises(CorruptBlob, match="not a gradient message"):
+        Gradient.unpack(encode({"x": np.zeros(1)}, {"kind": "trajectory"}))
+    with pytest.raises(ValueError, match="nothing"):
+        Gradient.pack([])
+
+
 def test_corrupt_or_wrong_blobs() -> None:
     blob = _traj().to_blob()
     with pytest.raises(CorruptBlob):

@@ -25,7 +25,9 @@ TINY = {
 
 def test_two_lookahead_learners_rebase_onto_each_others_steps(tmp_path: Path,
                                                               redis_url: str) -> None:
+    # one gradient per message: each learner polls what the master applied every minibatch
     cfg = load_config(None, {**TINY, "learners": 2, "actors": 4, "total_steps": 4096,
+                             "gradients_per_message": 1,
                              "backend": "inline", "run_dir": str(tmp_path / "two"),
                              "redis_url": redis_url})
     summary = train(cfg)
@@ -56,6 +58,9 @@ def test_tiny_training_run(backend: str, mode: str, tmp_path: Path, redis_url: s
         applied = (run_dir / "applied_gradients.log").read_text().split()
         ids = applied[1::2]
         assert len(ids) == len(set(ids)) == summary["grads_applied"] > 0
+        # one learner (H_max 1): one Adam step and version per gradient, even though the
+        # learner sends them several to a message
+        assert summary["version"] == summary["grads_applied"]
         # learners look ahead: most gradients are applied at the version they were taken at
         # (not all: a learner in a new execution environment starts cold, then rebases)
         hist = summary["staleness_hist"]["grad"]
