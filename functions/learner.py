@@ -450,7 +450,7 @@ def _lookahead_policy(rs: RunStore, ev: LearnerEvent,
     steps the master has not applied yet (a fresh look-ahead when the process is cold)."""
     hyper = (ev.hyper.learning_rate, tuple(ev.master_adam_betas), ADAM_EPS)
     la = _LOOKAHEADS.get(rs)
-    if la is not None and (la.hyper != hyper or la.flat.device != device):
+    if la is not None and (la.hyper != hyper or la.flat.device.type != device.type):
         la = None
     snap, applied = rs.params.latest_with_applied(la.lineage if la else "-")
     if la is not None and not same_shape(la.meta, snap.meta):
