@@ -460,19 +460,18 @@ def _lookahead_policy(rs: RunStore, ev: LearnerEvent,
         obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
         la = Lookahead(model, snap.version, *hyper, meta=snap.meta)
     else:
-        la.confirm(applied)
-        loaded: list[tuple[RunningMeanStd, RunningMeanStd]] = []
-        la.rebase(snap.version, lambda: loaded.append(load_policy_tensors(la.model, snap.tensors)))
-        obs_rms, ret_rms = loaded[0]
+        obs_rms, ret_rms = _rebase(la, snap, applied)
     _LOOKAHEADS.put(rs, la)
     return CachedPolicy(snap.version, la.model, obs_rms, ret_rms, dict(snap.meta)), la
 
 
-def _resync(rs: RunStore, la: Lookahead) -> None:
-    """The master left the prediction: rebase onto its latest weights (one atomic read)."""
-    snap, applied = rs.params.latest_with_applied(la.lineage)
+def _rebase(la: Lookahead, snap: PolicySnapshot,
+            applied: Applied) -> tuple[RunningMeanStd, RunningMeanStd]:
+    """Onto the master's ``snap`` (read with ``applied``, atomically); returns its normalisers."""
     la.confirm(applied)
-    la.rebase(snap.version, lambda: load_policy_tensors(la.model, snap.tensors))
+    loaded: list[tuple[RunningMeanStd, RunningMeanStd]] = []
+    la.rebase(snap.version, lambda: loaded.append(load_policy_tensors(la.model, snap.tensors)))
+    return loaded[0]
 
 
 def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -508,7 +507,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                 if la is not None:
                     applied = writer.take_applied()  # no round trip: the writer thread polls
                     if applied is not None and la.diverged(applied):
-                        _resync(rs, la)
+                        _rebase(la, *rs.params.latest_with_applied(la.lineage))
                     version_used = la.version
                 else:
                     snap = writer.take_newest()  # no round trip: the writer thread watches

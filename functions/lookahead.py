@@ -96,11 +96,10 @@ class Lookahead:
         """Move onto the master's ``version``: ``load_master_weights()`` copies its weights
         into the module (the views keep), then the unconfirmed steps are added back."""
         pending = self.flat.detach() - self.sent[0].before if self.sent else None
-        start = self.sent[0].before.clone() if self.sent else None
         load_master_weights()
         with torch.no_grad():
-            if pending is not None and start is not None:
-                shift = self.flat.detach() - start
+            if pending is not None:
+                shift = self.flat.detach() - self.sent[0].before  # before any is shifted
                 self.flat.add_(pending)
                 for i, sent in enumerate(self.sent):
                     sent.before.add_(shift)

@@ -64,14 +64,9 @@ if cur == ARGV[1] then return {cur} end
 return {cur, redis.call('GET', KEYS[2])}
 """
 
-# KEYS: latest, applied(hash)  ARGV: lineage.  Returns {latest, "seq:version"} ('' = none;
-# a nil would end the reply array early).
-_POLL_APPLIED = """
-return {redis.call('GET', KEYS[1]) or '', redis.call('HGET', KEYS[2], ARGV[1]) or ''}
-"""
-
-# KEYS: latest_blob, applied(hash)  ARGV: lineage.  Returns {blob, "seq:version"} ('' = none).
-_LATEST_WITH_APPLIED = """
+# KEYS: latest or latest_blob, applied(hash)  ARGV: lineage.  Returns {value, "seq:version"}
+# read together ('' = none; a nil would end the reply array early).
+_WITH_APPLIED = """
 return {redis.call('GET', KEYS[1]) or '', redis.call('HGET', KEYS[2], ARGV[1]) or ''}
 """
 
@@ -106,8 +101,7 @@ class ParamStore:
         self.keep = keep
         self._publish = store.script(_PUBLISH)
         self._fetch_latest = store.script(_FETCH_LATEST)
-        self._poll_applied = store.script(_POLL_APPLIED)
-        self._latest_with_applied = store.script(_LATEST_WITH_APPLIED)
+        self._with_applied = store.script(_WITH_APPLIED)
 
     def publish(
         self,
@@ -179,7 +173,7 @@ class ParamStore:
     def poll_command(self, lineage: str) -> tuple[Any, list[str], list[str]]:
         """The latest version and ``lineage``'s last applied gradient, as a script call for
         pipelining: a few bytes, where :meth:`fetch_command` moves a whole policy."""
-        return self._poll_applied, [self.keys.params_latest, self.keys.params_applied], [lineage]
+        return self._with_applied, [self.keys.params_latest, self.keys.params_applied], [lineage]
 
     def poll_reply(self, reply: Any) -> Applied:
         latest, applied = reply
@@ -192,7 +186,7 @@ class ParamStore:
         learner rebasing onto the master must know exactly which of its steps it holds."""
         keys = [self.keys.params_latest_blob, self.keys.params_applied]
         blob, applied = self.store.call(
-            lambda r: self._latest_with_applied(keys=keys, args=[lineage], client=r))
+            lambda r: self._with_applied(keys=keys, args=[lineage], client=r))
         if not blob:
             raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
         tensors, meta = serde.decode(blob)
