@@ -96,6 +96,8 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
                "--env", env, "--seed", str(seed), "--minutes", f"{minutes:g}",
                "--run-dir", str(run_dir), "--restart", "--progress", "plain",
                "--eval-interval-s", "0"]
+        if args.no_compile:
+            cmd += ["--set", "learner_compile=false"]
         if system == "sync":
             cmd += ["--mode", "sync", "--backend", args.backend, "--actors", "2",
                     "--rollout-steps", "128"]
@@ -121,6 +123,8 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
            "--minutes", f"{minutes:g}", "--out", str(run_dir)]
     if system == "lean" and args.is_correction:
         cmd += ["--is-correction", args.is_correction]
+    if system == "lean" and args.no_compile:
+        cmd.append("--no-compile")
     return cmd
 
 
@@ -497,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-bound-decay", action="store_true")
     p.add_argument("--actors", type=int)
     p.add_argument("--learners", type=int)
+    p.add_argument("--no-compile", action="store_true",
+                   help="eager learner loss in Stellaris, sync PPO and the lean PPO (default: "
+                   "torch.compile in all three; RLlib runs its own default, eager)")
     p.add_argument("--buffer-max", type=int, help="H_max: gradients per aggregation")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other Stellaris config field (an ablation), e.g. "

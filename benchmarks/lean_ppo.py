@@ -36,6 +36,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters  # noqa: E
 from benchmarks._common import RunLog  # noqa: E402
 from functions import learner as L  # noqa: E402
 from functions.actor import rollout  # noqa: E402
+from functions.compiled import MinibatchLoss  # noqa: E402
 from functions.envs import WarmEnv  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
@@ -47,7 +48,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
-          adam_beta1: float = 0.9) -> dict[str, Any]:
+          adam_beta1: float = 0.9, compile: bool = True) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
@@ -56,6 +57,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     (env steps to a return) from any system effect; ``lag=0`` is plain PPO. ``grad_delay``
     computes each minibatch's gradient at the weights of that many Adam steps earlier and
     applies it to the current ones: the gradient staleness of the aggregator's pipeline.
+    ``compile``: the minibatch loss through torch.compile, as Stellaris' learners do by
+    default (``learner_compile``), so the reference is not slower for want of it.
     """
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
@@ -80,7 +83,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
               "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1,
-              "backend": "single-process"}
+              "compile": compile, "backend": "single-process"}
     log = RunLog(out_dir, config, log_interval_s)
     budget_s = minutes * 60 if minutes is not None else float("inf")
     t_sample = t_learn = 0.0
@@ -90,6 +93,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     # grad_delay: the weights of the last grad_delay + 1 steps; gradients are taken at the oldest
     stale_model = copy.deepcopy(model) if grad_delay else model
     history: deque[torch.Tensor] = deque(maxlen=grad_delay + 1)
+    loss_fn = MinibatchLoss(hyper, compile)
     while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
         it += 1
         t0 = time.perf_counter()
@@ -121,7 +125,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                 if grad_delay:
                     history.append(parameters_to_vector(model.parameters()).detach().clone())
                     vector_to_parameters(history[0], stale_model.parameters())
-                loss, mb = L._loss(stale_model, batch, idx, hyper)
+                loss, mb = loss_fn(stale_model, batch, idx)
                 opt.zero_grad(set_to_none=True)
                 if grad_delay:  # else stale_model is model: opt.zero_grad cleared it
                     stale_model.zero_grad(set_to_none=True)
@@ -173,13 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grad-delay", type=int, default=0,
                    help="take each gradient at the weights of this many Adam steps earlier")
     p.add_argument("--adam-beta1", type=float, default=0.9, help="Adam's momentum coefficient")
+    p.add_argument("--no-compile", action="store_true",
+                   help="eager minibatch loss (default: torch.compile, as Stellaris' learners)")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
               _hyper(a.is_correction, a.hyper), lag=a.lag,
-              grad_delay=a.grad_delay, adam_beta1=a.adam_beta1)
+              grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
+              compile=not a.no_compile)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

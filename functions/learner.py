@@ -33,6 +33,7 @@ import redis
 import torch
 
 from functions import ppo
+from functions.compiled import MinibatchLoss
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
@@ -252,17 +253,6 @@ def _minibatches(n: int, hyper: PPOHyper, gen: torch.Generator) -> list[torch.Te
     perm = torch.randperm(n, generator=gen)
     k = min(hyper.num_minibatches, n)
     return list(torch.tensor_split(perm, k))
-
-
-def _loss(model: ActorCritic, b: Flat, idx: torch.Tensor, hyper: PPOHyper):
-    newlogprob, entropy = model.log_prob_entropy(b.obs[idx], b.actions[idx])
-    newvalue = model.get_value(b.obs[idx])
-    return ppo.ppo_loss(
-        newlogprob, entropy, newvalue, b.logprobs[idx], b.advantages[idx], b.returns[idx],
-        b.values[idx], logratio_others=b.logratio_others[idx], clip_coef=hyper.clip_coef,
-        ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef, norm_adv=hyper.norm_adv,
-        clip_vloss=hyper.clip_vloss, is_correction=hyper.is_correction, rho_bar=hyper.rho_bar,
-        logprob_prox=b.logprobs_prox[idx])
 
 
 class _GradientWriter:
@@ -497,6 +487,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     writer = _GradientWriter(rs, pol.version, lineage=la.lineage if la else None,
                              per_message=ev.gradients_per_message)
     rebases_at_start = la.rebases if la else 0
+    loss_fn = MinibatchLoss(hyper, ev.compile)
     try:
         for epoch in range(hyper.update_epochs):
             if epoch and hyper.is_correction == "vtrace":
@@ -522,7 +513,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     versions_used.append(version_used)
                 for p in params:  # cheaper than Module.zero_grad, which walks every submodule
                     p.grad = None
-                loss, mb_stats = _loss(model, batch, idx, hyper)
+                loss, mb_stats = loss_fn(model, batch, idx)
                 loss.backward()
                 # one cat: a fresh flat copy, clipped as a whole (the global norm), which the
                 # writer thread serialises while the next backward runs
@@ -550,6 +541,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     model.zero_grad(set_to_none=True)
     out: dict[str, Any] = stats.result()
     out["losses/explained_variance"] = ev_explained
+    out["compiled"] = loss_fn.compiled
     out.update({"gradients": writer.written, "duplicates": writer.duplicates,
                 "versions_used": sorted(set(versions_used)),
                 "_write_s": time.perf_counter() - tw})
@@ -613,12 +605,13 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     stats = _Stats()
     batch = build_batch(model, groups, hyper, others)
     ev_explained = _explained_variance(batch)
+    loss_fn = MinibatchLoss(hyper, ev.compile)
     steps = 0
     for epoch in range(hyper.update_epochs):
         if epoch and hyper.is_correction == "vtrace":
             batch = build_batch(model, groups, hyper, others)
         for idx in _minibatches(len(batch), hyper, gen):
-            loss, mb_stats = _loss(model, batch, idx, hyper)
+            loss, mb_stats = loss_fn(model, batch, idx)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
@@ -638,6 +631,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     POLICIES.set_version(rs, target, obs_rms, ret_rms)
     out: dict[str, Any] = stats.result()
     out["losses/explained_variance"] = ev_explained
+    out["compiled"] = loss_fn.compiled
     out.update({"published_version": target, "optimizer_steps": steps, "gradients": 0,
                 "versions_used": [start_version], "_write_s": time.perf_counter() - tw})
     return out

@@ -137,6 +137,8 @@ class LearnerEvent(_Event):
     master_adam_betas: tuple[float, float] = (0.9, 0.999)
     # Gradient mode: consecutive gradients sent as one stream message (Gradient.pack)
     gradients_per_message: int = Field(1, ge=1, le=64)
+    # The minibatch loss through torch.compile (functions/compiled.py); eager if that fails
+    compile: bool = False
 
     @field_validator("obs_stats", "ret_stats")
     @classmethod
@@ -322,17 +324,19 @@ def flat_layout(grads: Mapping[str, np.ndarray]) -> Layout:
 
 
 def split_flat(flat: np.ndarray, layout: Layout) -> dict[str, np.ndarray]:
-    """Named views into ``flat`` (no copies), in ``layout`` order."""
+    """Named views into ``flat`` (no copies) along its last axis, in ``layout`` order: a
+    ``[n]`` vector splits into the layout's shapes, a ``[k, n]`` stack into ``[k, *shape]``."""
     out, offset = {}, 0
+    lead, size = flat.shape[:-1], flat.shape[-1] if flat.ndim else 0
     for name, shape in layout:
         n = math.prod(shape)
-        if min(shape, default=0) < 0 or offset + n > flat.size:
+        if min(shape, default=0) < 0 or offset + n > size:
             raise CorruptBlob(f"gradient layout entry {name!r} {shape} does not fit its "
-                              f"{flat.size} numbers")
-        out[name] = flat[offset:offset + n].reshape(shape)
+                              f"{size} numbers")
+        out[name] = flat[..., offset:offset + n].reshape(*lead, *shape)
         offset += n
-    if offset != flat.size:
-        raise CorruptBlob(f"gradient has {flat.size} numbers, its layout describes {offset}")
+    if offset != size:
+        raise CorruptBlob(f"gradient has {size} numbers, its layout describes {offset}")
     return out
 
 
@@ -358,15 +362,24 @@ class Gradient:
     # gradient's place in its sequence, which the master echoes back when it publishes.
     lineage: str | None = None
     seq: int | None = None
+    # ``flat_layout(grads)``, kept when known (from the wire, or from the learner's module) so
+    # the aggregator does not rebuild it for every gradient it applies.
+    layout: Layout | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_flat(cls, flat: np.ndarray, layout: Layout, **fields: Any) -> Gradient:
         flat = np.ascontiguousarray(flat, dtype=np.float32).reshape(-1)
-        return cls(grads=split_flat(flat, layout), flat=flat, **fields)
+        return cls(grads=split_flat(flat, layout), flat=flat, layout=tuple(layout), **fields)
 
     @property
     def dedupe_id(self) -> str:
         return f"{self.invocation_id}:{self.epoch}:{self.minibatch}"
+
+    def param_layout(self) -> Layout:
+        """``(name, shape)`` of each parameter, in ``grads`` order."""
+        if self.layout is None:
+            self.layout = flat_layout(self.grads)
+        return self.layout
 
     def flat_vector(self) -> np.ndarray:
         """The gradient as one float32 vector in ``grads`` order."""
@@ -390,7 +403,7 @@ class Gradient:
 
     def to_blob(self) -> bytes:
         meta = self.meta()
-        meta["layout"] = [[name, list(shape)] for name, shape in flat_layout(self.grads)]
+        meta["layout"] = [[name, list(shape)] for name, shape in self.param_layout()]
         return encode({"flat": self.flat_vector()}, meta)
 
     @classmethod
@@ -410,7 +423,7 @@ class Gradient:
         if set(arrays) != {"flat"} or arrays["flat"].ndim != 1:
             raise CorruptBlob(f"flat gradient blob must hold one 1-D 'flat' array, has {sorted(arrays)}")
         flat = arrays["flat"].astype(np.float32, copy=False)
-        return cls(grads=split_flat(flat, parsed), flat=flat, **fields)
+        return cls(grads=split_flat(flat, parsed), flat=flat, layout=parsed, **fields)
 
     # -- several gradients in one message ------------------------------------------------------
     @staticmethod
@@ -434,7 +447,7 @@ class Gradient:
         meta = {"kind": "gradients", "invocation_id": first.invocation_id, "count": len(grads),
                 "first": [first.epoch, first.minibatch], "version_used": first.version_used}
         blob_meta = {**meta, "items": items,
-                     "layout": [[name, list(shape)] for name, shape in flat_layout(first.grads)]}
+                     "layout": [[name, list(shape)] for name, shape in first.param_layout()]}
         return meta, encode({"flat": np.stack(flats)}, blob_meta), f"{first.dedupe_id}+{len(grads)}"
 
     @classmethod
@@ -455,11 +468,15 @@ class Gradient:
                               f"{len(items)} items")
         parsed = _parse_layout(layout)
         flat = flat.astype(np.float32, copy=False)
+        # Split the [k, n] array by columns once (checked once), then each row's named
+        # views are plain indexing: splitting 32 rows one by one was most of the decode.
+        columns = split_flat(flat, parsed)
         out = []
-        for row, item in zip(flat, items, strict=True):
+        for i, (row, item) in enumerate(zip(flat, items, strict=True)):
             if not isinstance(item, Mapping):
                 raise CorruptBlob("packed gradient item is not an object")
-            out.append(cls(grads=split_flat(row, parsed), flat=row, **_gradient_fields(item)))
+            grads = {name: col[i] for name, col in columns.items()}
+            out.append(cls(grads=grads, flat=row, layout=parsed, **_gradient_fields(item)))
         return out
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from functions.messages import Gradient, Layout, flat_layout, split_flat
+from functions.messages import Gradient, Layout, split_flat
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class StalenessAggregator:
         flat /= h
         out = Aggregate(
             flat=flat.astype(np.float32, copy=False),
-            layout=flat_layout(first.grads),
+            layout=first.param_layout(),
             weights=weights,
             staleness=deltas,
             dedupe_ids=[b.gradient.dedupe_id for b in self.buffer],

@@ -174,7 +174,7 @@ class AsyncTrainer(Trainer):
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
                 lookahead=cfg.learner_lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
-                gradients_per_message=cfg.gradients_per_message,
+                gradients_per_message=cfg.gradients_per_message, compile=cfg.learner_compile,
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
 

@@ -75,7 +75,7 @@ class SyncTrainer(Trainer):
             invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=ids, versions_in_flight=[v],
             # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
             hyper=self.cfg.hyper.model_copy(update={"is_correction": "none"}), target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
-            device=self.cfg.device, seed=self.next_seed(),
+            device=self.cfg.device, seed=self.next_seed(), compile=self.cfg.learner_compile,
         ).to_event()
         for attempt in range(self.cfg.max_retries + 1):
             res = self.invoker.submit("learner", event).result()

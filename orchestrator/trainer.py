@@ -36,6 +36,7 @@ class Counters:
     store_errors: int = 0
     grads_applied: int = 0
     lookahead_rebases: int = 0  # mid-invocation rebases of look-ahead learners
+    learners_eager: int = 0  # learner invocations that ran the loss eagerly (not compiled)
     traj_staleness: list[int] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -129,6 +130,9 @@ class Trainer:
                 if k.startswith("losses/") and isinstance(v, int | float):
                     self.recent_stats[k] = float(v)
             self.counters.lookahead_rebases += int(payload.get("lookahead_rebases", 0))
+            # asked to compile and could not (no C++ compiler...): worth seeing in the summary
+            if self.cfg.learner_compile and payload.get("compiled") is False:
+                self.counters.learners_eager += 1
 
     # -- evaluation -------------------------------------------------------------------------
     def maybe_evaluate(self, force: bool = False) -> None:
@@ -314,6 +318,7 @@ class Trainer:
             "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
             "learner_gave_up": c.learner_gave_up, "grads_applied": c.grads_applied,
             "lookahead_rebases": c.lookahead_rebases,
+            "learners_eager": c.learners_eager,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "cost": self.cost.report(wall), "backend_billing": self.invoker.billing(),

@@ -36,13 +36,13 @@ def test_grad_delay_takes_gradients_at_older_weights(tmp_path: Path, monkeypatch
     """With --grad-delay 2 the loss of the k-th minibatch is evaluated at the weights before
     step k-2 (the first ones at the initial weights), and the update lands on the current."""
     seen: list[torch.Tensor] = []
-    real_loss = lean_ppo.L._loss
 
-    def spy(model, batch, idx, hyper):
-        seen.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
-        return real_loss(model, batch, idx, hyper)
+    class Spy(lean_ppo.MinibatchLoss):
+        def __call__(self, model, batch, idx):
+            seen.append(torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone())
+            return super().__call__(model, batch, idx)
 
-    monkeypatch.setattr(lean_ppo.L, "_loss", spy)
+    monkeypatch.setattr(lean_ppo, "MinibatchLoss", Spy)
     _train(tmp_path, "delay", grad_delay=2)
     assert len(seen) == 8
     assert torch.equal(seen[0], seen[1]) and torch.equal(seen[1], seen[2])  # warm-up: step 0

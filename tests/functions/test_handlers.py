@@ -254,17 +254,17 @@ def test_learner_packs_consecutive_gradients_and_a_retry_is_deduplicated(run_sto
 def test_learner_refreshes_weights_when_the_version_moves(run_store, redis_url, monkeypatch):
     publish_init(run_store, "CartPole-v1")
     ids = sample(run_store, redis_url)
-    orig = learner._loss
     calls = {"n": 0}
 
-    def loss_then_publish(*a, **k):
-        out = orig(*a, **k)
-        calls["n"] += 1
-        if calls["n"] == 2:  # the orchestrator publishes while the learner works
-            perturbed(run_store, 1)
-        return out
+    class LossThenPublish(learner.MinibatchLoss):
+        def __call__(self, *a, **k):
+            out = super().__call__(*a, **k)
+            calls["n"] += 1
+            if calls["n"] == 2:  # the orchestrator publishes while the learner works
+                perturbed(run_store, 1)
+            return out
 
-    monkeypatch.setattr(learner, "_loss", loss_then_publish)
+    monkeypatch.setattr(learner, "MinibatchLoss", LossThenPublish)
     out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, invocation_id="R",
                              hyper={"update_epochs": 1, "num_minibatches": 16}))
     assert out["versions_used"] == [0, 1]

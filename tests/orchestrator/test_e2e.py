@@ -48,6 +48,7 @@ def test_tiny_training_run(backend: str, mode: str, tmp_path: Path, redis_url: s
     assert summary["version"] >= 1
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
     assert summary["cost"]["total_usd"] > 0
+    assert summary["learners_eager"] == 0  # every learner compiled its loss (the default)
     for name in ("config.json", "metrics.csv", "summary.json", "checkpoints/metadata.json",
                  "figures/return_vs_wall.png"):
         assert (run_dir / name).exists(), name

@@ -1,0 +1,97 @@
+"""The learner's minibatch loss, optionally through ``torch.compile``.
+
+A PPO minibatch on Hopper is 64 samples through two 64x64 MLPs: microseconds of arithmetic
+behind ~100 tensor ops forward and as many backward, each a few microseconds of dispatch.
+Eagerly that is ~720 µs per minibatch on one core, the learner's whole cost; compiled
+(inductor fuses the gathers, the Gaussian log-prob and the clipped surrogate into a few C++
+kernels, forward and backward) it is about half (benchmarks/RESULTS.md). Same maths, same
+code: the compiled function calls :func:`functions.ppo.ppo_loss` and the policy's methods.
+
+Costs and limits, and why compiling is a choice (``learner_compile``) rather than a given:
+the first compile in a process takes ~2 s with inductor's on-disk cache warm and ~15 s cold
+(a fresh machine, or a Lambda execution environment: the cache lives in ``/tmp``), and it
+needs a C++ compiler on the machine. When compiling fails the learner says so once and goes
+on eagerly; results are the same to float rounding.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from functions import ppo
+from functions.messages import PPOHyper
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def _loss_terms(hyper: PPOHyper) -> LossFn:
+    """The loss of minibatch ``idx`` of a flat batch, hyper-parameters bound as constants
+    (the compiled graph specialises on them instead of guarding on a pydantic object)."""
+    kwargs: dict[str, Any] = dict(
+        clip_coef=hyper.clip_coef, ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef,
+        norm_adv=hyper.norm_adv, clip_vloss=hyper.clip_vloss,
+        is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
+
+    def loss(model: torch.nn.Module, idx: torch.Tensor, obs: torch.Tensor,
+             actions: torch.Tensor, logprobs: torch.Tensor, advantages: torch.Tensor,
+             returns: torch.Tensor, values: torch.Tensor, logratio_others: torch.Tensor,
+             logprobs_prox: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        mb_obs = obs[idx]
+        newlogprob, entropy = model.log_prob_entropy(mb_obs, actions[idx])
+        newvalue = model.get_value(mb_obs)
+        return ppo.ppo_loss(
+            newlogprob, entropy, newvalue, logprobs[idx], advantages[idx], returns[idx],
+            values[idx], logratio_others=logratio_others[idx],
+            logprob_prox=logprobs_prox[idx], **kwargs)
+
+    return loss
+
+
+class MinibatchLoss:
+    """``loss(model, batch, idx) -> (loss, stats)``, compiled when asked and possible."""
+
+    _lock = threading.Lock()
+    _compiled: dict[str, LossFn] = {}  # per hyper-parameters, shared by a process's threads
+    _failed = False  # compiling failed once in this process: do not retry every invocation
+
+    def __init__(self, hyper: PPOHyper, compile: bool) -> None:
+        self.eager = _loss_terms(hyper)
+        self.fn: LossFn = self.eager
+        self.proven = not compile  # eager needs no proof; compiled until its first success
+        if compile and not MinibatchLoss._failed:
+            key = hyper.model_dump_json()
+            with MinibatchLoss._lock:
+                if key not in MinibatchLoss._compiled:
+                    # dynamic=None: specialise on the first shapes, generalise if they vary
+                    MinibatchLoss._compiled[key] = torch.compile(self.eager)
+                self.fn = MinibatchLoss._compiled[key]
+
+    @property
+    def compiled(self) -> bool:
+        return self.fn is not self.eager
+
+    def __call__(self, model: torch.nn.Module, b: Any,
+                 idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        args = (model, idx, b.obs, b.actions, b.logprobs, b.advantages, b.returns, b.values,
+                b.logratio_others, b.logprobs_prox)
+        if self.proven:
+            return self.fn(*args)
+        try:
+            out = self.fn(*args)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, eager decides below
+            # Bad data fails eagerly too, and that error is the learner's to raise; only a
+            # failure of compiling itself leaves this process eager from now on.
+            out = self.eager(*args)
+            log.warning("torch.compile of the learner loss failed (%s: %s); computing it "
+                        "eagerly", type(exc).__name__, str(exc).splitlines()[0][:200])
+            MinibatchLoss._failed = True
+            self.fn = self.eager
+        self.proven = True
+        return out

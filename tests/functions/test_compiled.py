@@ -1,0 +1,85 @@
+"""The learner's minibatch loss through torch.compile: same loss, same gradients, and an
+eager fallback when compiling is impossible."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from functions import compiled
+from functions.compiled import MinibatchLoss
+from functions.learner import Flat
+from functions.messages import PPOHyper
+from functions.policy import init_policy
+
+
+def _batch(n: int, obs_dim: int, act_dim: int, k: int = 0, seed: int = 0) -> Flat:
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    return Flat(obs=r(n, obs_dim), actions=r(n, act_dim), logprobs=r(n) - 3.0, values=r(n),
+                advantages=r(n), returns=r(n), behaviour_version=torch.zeros(n, dtype=torch.long),
+                logratio_others=0.1 * r(n, k), logprobs_prox=r(n) - 3.0)
+
+
+def _grads(model: torch.nn.Module, fn: MinibatchLoss, b: Flat, idx: torch.Tensor):
+    model.zero_grad(set_to_none=True)
+    loss, stats = fn(model, b, idx)
+    loss.backward()
+    flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return loss.detach(), {k: v.detach() for k, v in stats.items()}, flat
+
+
+@pytest.mark.parametrize("is_correction", ["decoupled", "truncate", "none"])
+def test_compiled_loss_matches_eager(is_correction: str) -> None:
+    hyper = PPOHyper(is_correction=is_correction)
+    model, _ = init_policy("Hopper-v5", seed=3)
+    b = _batch(256, model.obs_dim, model.act_dim, k=2 if is_correction == "truncate" else 0)
+    eager, comp = MinibatchLoss(hyper, compile=False), MinibatchLoss(hyper, compile=True)
+    assert comp.compiled and not eager.compiled
+    # two minibatch sizes: the second one makes the compiled graph generalise its shapes
+    for idx in (torch.arange(0, 256, 4), torch.arange(7, 200, 3)):
+        loss_e, stats_e, grad_e = _grads(model, eager, b, idx)
+        loss_c, stats_c, grad_c = _grads(model, comp, b, idx)
+        torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grad_c, grad_e, rtol=1e-4, atol=1e-6)
+        assert stats_c.keys() == stats_e.keys()
+        for key in stats_e:
+            torch.testing.assert_close(stats_c[key], stats_e[key], rtol=1e-5, atol=1e-6)
+    assert comp.compiled  # it compiled, it did not fall back
+
+
+def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog) -> None:
+    """No C++ compiler, an unsupported op...: the learner warns and goes on eagerly."""
+    monkeypatch.setattr(compiled.MinibatchLoss, "_compiled", {})
+    monkeypatch.setattr(compiled.MinibatchLoss, "_failed", False)
+
+    def broken_compile(fn):
+        def call(*args, **kwargs):
+            raise RuntimeError("InductorError: no working C++ compiler found")
+        return call
+
+    monkeypatch.setattr(compiled.torch, "compile", broken_compile)
+    hyper = PPOHyper()
+    model, _ = init_policy("Pendulum-v1", seed=1)
+    b = _batch(64, model.obs_dim, model.act_dim)
+    fn = MinibatchLoss(hyper, compile=True)
+    with caplog.at_level(logging.WARNING, logger="functions.compiled"):
+        loss, _, grad = _grads(model, fn, b, torch.arange(32))
+    assert not fn.compiled and "no working C++ compiler" in caplog.text
+    ref_loss, _, ref_grad = _grads(model, MinibatchLoss(hyper, compile=False), b, torch.arange(32))
+    assert torch.equal(loss, ref_loss) and torch.equal(grad, ref_grad)
+    # the process remembers: later invocations do not try (and pay for) compiling again
+    assert not MinibatchLoss(hyper, compile=True).compiled
+
+
+def test_a_real_error_still_raises(monkeypatch) -> None:
+    """The fallback is for compiling, not for bad data: eager raises, compiling stays on."""
+    monkeypatch.setattr(compiled.MinibatchLoss, "_failed", False)
+    hyper = PPOHyper()
+    model, _ = init_policy("Pendulum-v1", seed=1)
+    b = _batch(64, model.obs_dim + 1, model.act_dim)  # observations of the wrong width
+    with pytest.raises(RuntimeError):
+        MinibatchLoss(hyper, compile=True)(model, b, torch.arange(32))
+    assert MinibatchLoss(hyper, compile=True).compiled
