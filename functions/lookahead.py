@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from functions.adam import adam_step
 from functions.policy import ActorCritic, flatten_parameters
 from store import Applied
 
@@ -68,9 +69,7 @@ class Lookahead:
         self.sent.append(sent)
         while len(self.sent) > MAX_UNCONFIRMED:
             self.sent.popleft()  # its step stays in the weights; the next rebase keeps it
-        self.flat.grad = flat_grad.to(self.flat.device, self.flat.dtype)
-        self.optimizer.step()
-        self.flat.grad = None
+        adam_step(self.optimizer, self.flat, flat_grad.to(self.flat.device, self.flat.dtype))
         self.version += 1
         return sent.seq, sent.version
 

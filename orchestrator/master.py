@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from functions.adam import adam_step
 from functions.learner import ADAM_EPS, OPTIMIZER_STATE, load_adam_state
 from functions.messages import Layout, PolicySpec
 from functions.normalizer import RunningMeanStd
@@ -75,9 +76,7 @@ class MasterPolicy:
                 if g.shape != tuple(p.shape):
                     raise ValueError(f"gradient {name!r} has shape {g.shape}, expected {tuple(p.shape)}")
                 grad[self._slices[name]] = torch.from_numpy(g.reshape(-1))
-        self.flat.grad = grad
-        self.optimizer.step()
-        self.flat.grad = None
+        adam_step(self.optimizer, self.flat, grad)
         self.version += 1
 
     def merge_stats(self, obs_stats: Mapping[str, Any] | None, ret_stats: Mapping[str, Any] | None) -> None:
