@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,3 +96,32 @@ class MinibatchLoss:
             self.fn = self.eager
         self.proven = True
         return out
+
+
+def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
+               minibatch: int = 64) -> float:
+    """Compile the loss for ``env_id``'s policy shapes once, filling inductor's disk cache
+    (seconds later, in any process on this machine, instead of ~15 s); returns the seconds it
+    took. For benchmarks (every run, not only the first, finds the cache warm) and for
+    images built for short-lived execution environments."""
+    from functions.learner import Flat  # here: the learner imports this module
+    from functions.policy import init_policy
+
+    hyper = hyper or PPOHyper()
+    model, _ = init_policy(env_id, seed=0)
+    g = torch.Generator().manual_seed(0)
+    # the actions as actors record them: int64 indices, or float vectors
+    actions = (torch.randint(model.act_dim, (batch,), generator=g) if model.discrete
+               else torch.randn(batch, model.act_dim, generator=g))
+    b = Flat(obs=torch.randn(batch, model.obs_dim, generator=g), actions=actions,
+             logprobs=torch.randn(batch, generator=g), values=torch.randn(batch, generator=g),
+             advantages=torch.randn(batch, generator=g), returns=torch.randn(batch, generator=g),
+             behaviour_version=torch.zeros(batch, dtype=torch.long),
+             logratio_others=torch.zeros(batch, 0), logprobs_prox=torch.randn(batch, generator=g))
+    t0 = time.perf_counter()
+    fn = MinibatchLoss(hyper, compile=True)
+    loss, _ = fn(model, b, torch.arange(minibatch))
+    loss.backward()
+    if not fn.compiled:
+        raise RuntimeError("torch.compile is not available here (see the warning above)")
+    return time.perf_counter() - t0

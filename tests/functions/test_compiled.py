@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from functions import compiled
-from functions.compiled import MinibatchLoss
+from functions.compiled import MinibatchLoss, warm_cache
 from functions.learner import Flat
 from functions.messages import PPOHyper
 from functions.policy import init_policy
@@ -83,3 +83,8 @@ def test_a_real_error_still_raises(monkeypatch) -> None:
     with pytest.raises(RuntimeError):
         MinibatchLoss(hyper, compile=True)(model, b, torch.arange(32))
     assert MinibatchLoss(hyper, compile=True).compiled
+
+
+def test_warm_cache_compiles_for_an_env() -> None:
+    for env_id in ("Pendulum-v1", "CartPole-v1"):  # continuous and discrete actions
+        assert warm_cache(env_id, batch=128, minibatch=16) > 0

@@ -15,6 +15,10 @@ SMALL = {
     "learner_batch_steps": 512, "eval_interval_s": 0, "progress": "none",
     "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_aggregations": 4,
     "function_timeout_s": 60, "max_retries": 5,
+    # Drills on a timeline (a 30-second run, Redis killed at version 20): a cold torch.compile
+    # of a new policy shape (~15 s under load) would move that timeline, and compiling is
+    # not what is drilled here (tests/orchestrator/test_e2e.py runs it on every backend).
+    "learner_compile": False,
 }
 
 
