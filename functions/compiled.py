@@ -26,19 +26,23 @@ import torch
 
 from functions import ppo
 from functions.messages import PPOHyper
+from functions.policy import init_policy
 
 log = logging.getLogger(__name__)
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
-def _loss_terms(hyper: PPOHyper) -> LossFn:
+def _loss_kwargs(hyper: PPOHyper) -> dict[str, Any]:
+    """The hyper-parameters the loss depends on (not lr, epochs, gamma...)."""
+    return dict(clip_coef=hyper.clip_coef, ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef,
+                norm_adv=hyper.norm_adv, clip_vloss=hyper.clip_vloss,
+                is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
+
+
+def _loss_terms(kwargs: dict[str, Any]) -> LossFn:
     """The loss of minibatch ``idx`` of a flat batch, hyper-parameters bound as constants
     (the compiled graph specialises on them instead of guarding on a pydantic object)."""
-    kwargs: dict[str, Any] = dict(
-        clip_coef=hyper.clip_coef, ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef,
-        norm_adv=hyper.norm_adv, clip_vloss=hyper.clip_vloss,
-        is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
 
     def loss(model: torch.nn.Module, idx: torch.Tensor, obs: torch.Tensor,
              actions: torch.Tensor, logprobs: torch.Tensor, advantages: torch.Tensor,
@@ -59,15 +63,17 @@ class MinibatchLoss:
     """``loss(model, batch, idx) -> (loss, stats)``, compiled when asked and possible."""
 
     _lock = threading.Lock()
-    _compiled: dict[str, LossFn] = {}  # per hyper-parameters, shared by a process's threads
+    # per loss hyper-parameters, shared by a process's threads
+    _compiled: dict[tuple[tuple[str, Any], ...], LossFn] = {}
     _failed = False  # compiling failed once in this process: do not retry every invocation
 
     def __init__(self, hyper: PPOHyper, compile: bool) -> None:
-        self.eager = _loss_terms(hyper)
+        kwargs = _loss_kwargs(hyper)
+        self.eager = _loss_terms(kwargs)
         self.fn: LossFn = self.eager
         self.proven = not compile  # eager needs no proof; compiled until its first success
         if compile and not MinibatchLoss._failed:
-            key = hyper.model_dump_json()
+            key = tuple(sorted(kwargs.items()))
             with MinibatchLoss._lock:
                 if key not in MinibatchLoss._compiled:
                     # dynamic=None: specialise on the first shapes, generalise if they vary
@@ -104,20 +110,9 @@ def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
     (seconds later, in any process on this machine, instead of ~15 s); returns the seconds it
     took. For benchmarks (every run, not only the first, finds the cache warm) and for
     images built for short-lived execution environments."""
-    from functions.learner import Flat  # here: the learner imports this module
-    from functions.policy import init_policy
-
     hyper = hyper or PPOHyper()
     model, _ = init_policy(env_id, seed=0)
-    g = torch.Generator().manual_seed(0)
-    # the actions as actors record them: int64 indices, or float vectors
-    actions = (torch.randint(model.act_dim, (batch,), generator=g) if model.discrete
-               else torch.randn(batch, model.act_dim, generator=g))
-    b = Flat(obs=torch.randn(batch, model.obs_dim, generator=g), actions=actions,
-             logprobs=torch.randn(batch, generator=g), values=torch.randn(batch, generator=g),
-             advantages=torch.randn(batch, generator=g), returns=torch.randn(batch, generator=g),
-             behaviour_version=torch.zeros(batch, dtype=torch.long),
-             logratio_others=torch.zeros(batch, 0), logprobs_prox=torch.randn(batch, generator=g))
+    b = synthetic_batch(model, batch)
     t0 = time.perf_counter()
     fn = MinibatchLoss(hyper, compile=True)
     loss, _ = fn(model, b, torch.arange(minibatch))
@@ -125,3 +120,20 @@ def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
     if not fn.compiled:
         raise RuntimeError("torch.compile is not available here (see the warning above)")
     return time.perf_counter() - t0
+
+
+def synthetic_batch(model: Any, n: int, k: int = 0, seed: int = 0) -> Any:
+    """A random flat batch of ``n`` samples shaped for ``model`` (``k`` other versions'
+    log-ratios), with actions as actors record them: int64 indices, or float vectors."""
+    from functions.learner import Flat  # here: the learner imports this module
+
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g)
+
+    actions = (torch.randint(model.act_dim, (n,), generator=g) if model.discrete
+               else r(n, model.act_dim))
+    return Flat(obs=r(n, model.obs_dim), actions=actions, logprobs=r(n) - 3.0, values=r(n),
+                advantages=r(n), returns=r(n), behaviour_version=torch.zeros(n, dtype=torch.long),
+                logratio_others=0.1 * r(n, k), logprobs_prox=r(n) - 3.0)

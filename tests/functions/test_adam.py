@@ -17,14 +17,19 @@ def _pair(n: int = 1000, **kw):
     return a, b, opts[0], opts[1]
 
 
-def test_same_numbers_as_optimizer_step() -> None:
-    a, b, oa, ob = _pair(betas=(0.5, 0.999))
-    for _ in range(50):
+def _step_both(a, b, oa, ob, steps: int) -> None:
+    """``steps`` random gradients: through optimizer.step for ``a``, adam_step for ``b``."""
+    for _ in range(steps):
         g = torch.randn(a.numel())
         a.grad = g.clone()
         oa.step()
         a.grad = None
         adam_step(ob, b, g.clone())
+
+
+def test_same_numbers_as_optimizer_step() -> None:
+    a, b, oa, ob = _pair(betas=(0.5, 0.999))
+    _step_both(a, b, oa, ob, 50)
     assert torch.equal(a, b) and b.grad is None
     for key in ("exp_avg", "exp_avg_sq", "step"):
         assert torch.equal(oa.state[a][key], ob.state[b][key]), key
@@ -33,12 +38,7 @@ def test_same_numbers_as_optimizer_step() -> None:
 def test_loaded_state_and_unusual_options_still_match() -> None:
     """A state restored from a checkpoint steps on from there; AMSGrad takes optimizer.step."""
     a, b, oa, ob = _pair(amsgrad=True)
-    for _ in range(5):
-        g = torch.randn(a.numel())
-        a.grad = g.clone()
-        oa.step()
-        a.grad = None
-        adam_step(ob, b, g.clone())
+    _step_both(a, b, oa, ob, 5)
     assert torch.equal(a, b)
     c = torch.nn.Parameter(b.detach().clone())
     oc = torch.optim.Adam([c], lr=3e-4, eps=1e-5, fused=True, amsgrad=True)

@@ -9,18 +9,10 @@ import pytest
 import torch
 
 from functions import compiled
-from functions.compiled import MinibatchLoss, warm_cache
+from functions.compiled import MinibatchLoss, synthetic_batch, warm_cache
 from functions.learner import Flat
 from functions.messages import PPOHyper
 from functions.policy import init_policy
-
-
-def _batch(n: int, obs_dim: int, act_dim: int, k: int = 0, seed: int = 0) -> Flat:
-    g = torch.Generator().manual_seed(seed)
-    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
-    return Flat(obs=r(n, obs_dim), actions=r(n, act_dim), logprobs=r(n) - 3.0, values=r(n),
-                advantages=r(n), returns=r(n), behaviour_version=torch.zeros(n, dtype=torch.long),
-                logratio_others=0.1 * r(n, k), logprobs_prox=r(n) - 3.0)
 
 
 def _grads(model: torch.nn.Module, fn: MinibatchLoss, b: Flat, idx: torch.Tensor):
@@ -35,7 +27,7 @@ def _grads(model: torch.nn.Module, fn: MinibatchLoss, b: Flat, idx: torch.Tensor
 def test_compiled_loss_matches_eager(is_correction: str) -> None:
     hyper = PPOHyper(is_correction=is_correction)
     model, _ = init_policy("Hopper-v5", seed=3)
-    b = _batch(256, model.obs_dim, model.act_dim, k=2 if is_correction == "truncate" else 0)
+    b = synthetic_batch(model, 256, k=2 if is_correction == "truncate" else 0)
     eager, comp = MinibatchLoss(hyper, compile=False), MinibatchLoss(hyper, compile=True)
     assert comp.compiled and not eager.compiled
     # two minibatch sizes: the second one makes the compiled graph generalise its shapes
@@ -63,7 +55,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog) -> None:
     monkeypatch.setattr(compiled.torch, "compile", broken_compile)
     hyper = PPOHyper()
     model, _ = init_policy("Pendulum-v1", seed=1)
-    b = _batch(64, model.obs_dim, model.act_dim)
+    b = synthetic_batch(model, 64)
     fn = MinibatchLoss(hyper, compile=True)
     with caplog.at_level(logging.WARNING, logger="functions.compiled"):
         loss, _, grad = _grads(model, fn, b, torch.arange(32))
@@ -79,7 +71,8 @@ def test_a_real_error_still_raises(monkeypatch) -> None:
     monkeypatch.setattr(compiled.MinibatchLoss, "_failed", False)
     hyper = PPOHyper()
     model, _ = init_policy("Pendulum-v1", seed=1)
-    b = _batch(64, model.obs_dim + 1, model.act_dim)  # observations of the wrong width
+    b = synthetic_batch(model, 64)
+    b.obs = torch.cat([b.obs, b.obs[:, :1]], dim=1)  # observations of the wrong width
     with pytest.raises(RuntimeError):
         MinibatchLoss(hyper, compile=True)(model, b, torch.arange(32))
     assert MinibatchLoss(hyper, compile=True).compiled
