@@ -72,6 +72,8 @@ def variant_tag(args: argparse.Namespace) -> str:
         parts.append(f"H={args.buffer_max}")
     if args.backend != "local":
         parts.append(f"backend={args.backend}")
+    if args.no_compile:  # its own folders: eager runs must not overwrite the compiled ones
+        parts.append("nocompile")
     parts += list(args.set)
     return ",".join(parts)
 
