@@ -212,6 +212,33 @@ def time_to(curve: dict[str, list[float]], target: float) -> tuple[float, float]
     return None
 
 
+def steps_to(curve: dict[str, list[float]], target: float) -> float | None:
+    """Env steps at the first row reaching ``target``: sample efficiency, which the machine's
+    load does not enter (time = steps / throughput)."""
+    for n, r in zip(curve["env_steps"], curve["episodic_return"], strict=True):
+        if r >= target:
+            return n
+    return None
+
+
+def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
+                       resamples: int = 10_000, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``mean(num) / mean(den)``, resampling each system's
+    seeds independently (their runs share a seed number, not an outcome). A fixed generator
+    keeps a regenerated report identical."""
+    import numpy as np
+
+    if len(num) < 2 or len(den) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    ma = a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
+    mb = b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1)
+    ratios = ma / np.maximum(mb, 1e-9)
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1.0 - tail))
+
+
 def _ms(xs: list[float], fmt: str = "{:.0f}") -> str:
     if not xs:
         return "-"
@@ -249,21 +276,44 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
     out["to"] = {}
     for tgt in targets:
         hits = [time_to(x["curve"], tgt) for x in runs]
+        steps = [steps_to(x["curve"], tgt) for x in runs]
         out["to"][tgt] = {"reached": sum(h is not None for h in hits), "n": len(runs),
-                          "t": [h[0] for h in hits if h], "usd": [h[1] for h in hits if h]}
+                          "t": [h[0] for h in hits if h], "usd": [h[1] for h in hits if h],
+                          "steps": [n for n in steps if n is not None]}
     return out
+
+
+def _all_reached(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> float | None:
+    """The highest target both systems reached in every seed."""
+    for tgt in sorted(targets, reverse=True):
+        ta, tb = a["to"][tgt], b["to"][tgt]
+        if ta["n"] and tb["n"] and ta["reached"] == ta["n"] and tb["reached"] == tb["n"]:
+            return tgt
+    return None
 
 
 def speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> tuple[
         float | None, float | None, float | None]:
     """(target, time ratio b/a, $ ratio a/b) on the highest target both reached in all seeds."""
-    for tgt in sorted(targets, reverse=True):
-        ta, tb = a["to"][tgt], b["to"][tgt]
-        if ta["n"] and tb["n"] and ta["reached"] == ta["n"] and tb["reached"] == tb["n"]:
-            ma, mb = sum(ta["t"]) / len(ta["t"]), sum(tb["t"]) / len(tb["t"])
-            ua, ub = sum(ta["usd"]) / len(ta["usd"]), sum(tb["usd"]) / len(tb["usd"])
-            return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12)
-    return None, None, None
+    tgt = _all_reached(a, b, targets)
+    if tgt is None:
+        return None, None, None
+    ta, tb = a["to"][tgt], b["to"][tgt]
+    ma, mb = sum(ta["t"]) / len(ta["t"]), sum(tb["t"]) / len(tb["t"])
+    ua, ub = sum(ta["usd"]) / len(ta["usd"]), sum(tb["usd"]) / len(tb["usd"])
+    return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12)
+
+
+def speedup_ci(a: dict[str, Any], b: dict[str, Any], tgt: float) -> dict[str, Any]:
+    """Bootstrap intervals (over seeds) of :func:`speedup`'s time and $ ratios on ``tgt``, and
+    the ratio of mean env steps to it (``b`` over ``a``; above 1: ``a`` needs fewer)."""
+    ta, tb = a["to"][tgt], b["to"][tgt]
+    out: dict[str, Any] = {"time": bootstrap_ratio_ci(tb["t"], ta["t"]),
+                           "usd": bootstrap_ratio_ci(ta["usd"], tb["usd"])}
+    if ta["steps"] and tb["steps"]:
+        out["steps"] = (sum(tb["steps"]) / len(tb["steps"])) / max(
+            sum(ta["steps"]) / len(ta["steps"]), 1e-9)
+    return out
 
 
 def censored_speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float],
@@ -446,6 +496,20 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
             cells.append(f"{_ms(h['t'])} s / ${_ms(h['usd'], '{:.5f}')}{note}")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    lines.append("Env steps (thousands) to reach a return, over the same seeds: how much each "
+                 "system learns per env step, whatever its throughput:")
+    lines.append("")
+    head = ["system"] + [f"k steps to {t:g}" for t in targets]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + " --- |" * len(head))
+    for v in order:
+        cells = [LABELS.get(v, v)]
+        for t in targets:
+            h = st[v]["to"][t]
+            note = "" if h["reached"] == h["n"] else f" ({h['reached']}/{h['n']})"
+            cells.append(_ms([n / 1000 for n in h["steps"]]) + note)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
     # The Stellaris defaults (or the defaults on another backend) against each baseline.
     base = next((v for v in order if v == "stellaris" or re.fullmatch(
         r"stellaris\[backend=[a-z]+\]", v)), None)
@@ -461,8 +525,28 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
             note = "" if tgt == top else (
                 f" — on return {tgt:g}, the highest target both reached in every seed "
                 f"({top:g} was not)")
-            lines.append(f"speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x")
+            ci = speedup_ci(st[base], st[other], tgt)
+            spread = ""
+            if ci["time"] is not None:
+                spread = (f" (95% bootstrap interval over seeds: time {ci['time'][0]:.2f}–"
+                          f"{ci['time'][1]:.2f}x, $ {ci['usd'][0]:.2f}–{ci['usd'][1]:.2f}x)")
+            if "steps" in ci:
+                spread += (f"; env steps to {tgt:g}: {name} needs {ci['steps']:.2f}x "
+                           "Stellaris' (above 1: Stellaris learns more per env step)")
+            lines.append(f"speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x"
+                         + spread)
             lines.append("")
+            upper = censored_speedup(st[other], st[base], targets, data[base], minutes)
+            if upper is not None and upper[0] > tgt:
+                utgt, uratio, uusd, umin = upper
+                got = st[base]["to"][utgt]
+                lines.append(
+                    f"speedup vs {name} on return {utgt:g}: <= {1 / uratio:.2f}x (censored: "
+                    f"Stellaris reached {utgt:g} in {got['reached']} of {got['n']} {umin:g}-minute "
+                    f"runs, {name} in every one; a Stellaris run that never got there counts its "
+                    f"whole length and cost, which is less than it would have needed); $ vs "
+                    f"{name}: >= {1 / uusd:.2f}x")
+                lines.append("")
             bound = censored_speedup(st[base], st[other], targets, data[other], minutes)
             if bound is not None:
                 btgt, bratio, busd, bmin = bound

@@ -103,3 +103,33 @@ def test_censored_speedup_bounds_a_baseline_that_never_reached_the_target() -> N
     b2 = compare.stats(runs_b2, 3, [1000, 2000])
     tgt, ratio, _, _ = compare.censored_speedup(a, b2, [1000, 2000], runs_b2, 3)
     assert (tgt, ratio) == (2000, 500.0 / 60.0)
+
+
+def test_speedup_interval_brackets_the_ratio_and_steps_to_target_reads_env_steps() -> None:
+    curve = {"wall_s": [10.0, 20.0], "env_steps": [1000.0, 5000.0], "cost_usd": [0.1, 0.2],
+             "episodic_return": [50.0, 120.0]}
+    assert compare.steps_to(curve, 100) == 5000.0 and compare.steps_to(curve, 200) is None
+    lo, hi = compare.bootstrap_ratio_ci([100.0, 120.0, 80.0], [50.0, 60.0, 40.0])
+    assert lo <= 2.0 <= hi
+    assert compare.bootstrap_ratio_ci([1.0], [1.0]) is None  # one seed: no interval
+    # seeds with no spread: the interval is the ratio itself, and it is reproducible
+    assert compare.bootstrap_ratio_ci([6.0, 6.0], [3.0, 3.0]) == (2.0, 2.0)
+    assert compare.bootstrap_ratio_ci([1.0, 3.0], [2.0, 1.0]) == compare.bootstrap_ratio_ci(
+        [1.0, 3.0], [2.0, 1.0])
+
+
+def test_report_bounds_the_speedup_from_above_when_stellaris_missed_the_target(tmp_path: Path) -> None:
+    """Stellaris reached 2000 in one of two runs, the baseline in both: the report gives an
+    upper bound (the miss counts its whole run), not the ratio on a lower target alone."""
+    def run(wall: list[float], rets: list[float], cost: float, minutes: float) -> dict:
+        curve = {"wall_s": wall, "env_steps": [1.0] * len(wall),
+                 "cost_usd": [cost * w / wall[-1] for w in wall], "episodic_return": rets}
+        return {"curve": curve, "summary": {"wall_s": wall[-1], "cost": {"total_usd": cost},
+                                            "sps": 1.0}, "bench": {"minutes": minutes}}
+    data = {"stellaris": [run([30.0, 60.0, 180.0], [1000.0, 2000.0, 2100.0], 0.018, 3),
+                          run([30.0, 180.0], [1000.0, 1500.0], 0.018, 3)],
+            "lean": [run([60.0, 100.0, 180.0], [1000.0, 2000.0, 2000.0], 0.006, 3)] * 2}
+    text = "\n".join(compare.env_report("Hopper-v5", 3, data, [1000, 2000], tmp_path))
+    assert "speedup vs lean PPO: 2.0x — on return 1000" in text
+    # Stellaris' mean time to 2000 is at least (60 + 180) / 2 = 120 s: speedup <= 100 / 120
+    assert "speedup vs lean PPO on return 2000: <= 0.83x" in text
