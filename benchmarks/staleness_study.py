@@ -54,6 +54,10 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
         "--adam-beta1", "0"]),
     "lag1-decoupled-learnerV-gdelay3": (1, ["--is-correction", "decoupled", "--hyper",
                                             "gae_values=learner", "--grad-delay", "3"]),
+    # the truncation's cap: rho_bar = 1 (the paper's) caps ~half of a lag-1 batch's weights
+    # pi_prox / mu at 1; 2 lets most of them through
+    "lag1-decoupled-learnerV-rho2": (1, ["--is-correction", "decoupled", "--hyper",
+                                         "gae_values=learner", "--hyper", "rho_bar=2"]),
 }
 CHECKPOINTS = (200_000, 400_000, 600_000)
 TARGETS = (1000, 1500, 2000)

@@ -131,3 +131,42 @@ def test_lookahead_learner_rebases_onto_foreign_steps(run_store, redis_url):
     miss = torch.linalg.vector_norm(la.flat.detach() - master.flat.detach())
     moved = torch.linalg.vector_norm(master.flat.detach() - at_5)
     assert float(miss) < 0.5 * float(moved), (float(miss), float(moved))
+
+
+def test_a_learner_invocation_equals_the_lean_ppo_update(run_store, redis_url):
+    """The async learner (look-ahead, packed messages) and the lean PPO's update loop
+    (torch.optim.Adam on the module, clip_grad_norm_) end one batch at the same weights from
+    the same trajectory, start and minibatch order: the benchmarks' reference runs the same
+    maths, so a gap between them in env steps is not in the learner."""
+    import zlib
+
+    from functions.compiled import MinibatchLoss
+    from functions.messages import PPOHyper
+
+    master = MasterPolicy("Pendulum-v1", SMALL, seed=0, learning_rate=LR)
+    master.publish(run_store)
+    ids = sample(run_store, redis_url, "Pendulum-v1", n=1)
+    hyper = PPOHyper(update_epochs=3, num_minibatches=4, learning_rate=LR)
+    out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, invocation_id="L0",
+                             hyper=hyper.model_dump(), lookahead=True, seed=1, compile=False))
+    assert out["gradients"] == 12
+    la = learner._LOOKAHEADS.get(run_store)
+
+    model, _ = init_policy("Pendulum-v1", SMALL, 0)
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    opt = torch.optim.Adam(model.parameters(), lr=LR, eps=EPS, betas=BETAS)
+    batch = learner.build_batch(model, learner._group(learner.load_trajectories(run_store, ids),
+                                                      torch.device("cpu")), hyper, [])
+    gen = torch.Generator().manual_seed((1 * 1_000_003 + zlib.crc32(b"L0")) % (2**63))
+    loss_fn = MinibatchLoss(hyper, compile=False)
+    for _ in range(hyper.update_epochs):
+        for idx in learner._minibatches(len(batch), hyper, gen):
+            loss, _ = loss_fn(model, batch, idx)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
+            opt.step()
+    lean = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    moved = torch.linalg.vector_norm(lean - start)
+    assert float(moved) > 1e-3  # it learned something
+    assert float(torch.linalg.vector_norm(lean - la.flat.detach())) < 1e-4 * float(moved)
