@@ -1,0 +1,85 @@
+"""Stellaris's machinery adds no maths: a synchronous run (inline backend, one actor) publishes,
+round by round, exactly the weights the lean single-process PPO's loop computes from the same
+seeds — actor function, store round trips, the orchestrator's statistics merge and the
+learner's update mode included. The benchmarks compare against that loop, so a difference in
+env steps between them is not in this code path."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from functions import learner as L
+from functions.actor import rollout
+from functions.compiled import MinibatchLoss
+from functions.envs import WarmEnv
+from functions.messages import ActorEvent, LearnerEvent, PolicySpec
+from functions.normalizer import RunningMeanStd
+from functions.policy import build_policy, init_policy, load_policy_tensors
+from orchestrator.config import load_config
+from orchestrator.invokers import inline
+from orchestrator.run import train
+from store import RunStore, Store
+
+SPEC = {"hidden_sizes": [16, 16]}
+
+
+def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    submit = inline.InlineInvoker.submit
+
+    def recording_submit(self: Any, function: str, event: dict[str, Any]) -> Any:
+        events.append((function, dict(event)))  # observe the events, run them unchanged
+        return submit(self, function, event)
+
+    monkeypatch.setattr(inline.InlineInvoker, "submit", recording_submit)
+    rounds = 3
+    cfg = load_config(None, {
+        "env": "Pendulum-v1", "mode": "sync", "backend": "inline", "actors": 1, "n_envs": 4,
+        "rollout_steps": 64, "learner_batch_steps": 256, "total_steps": 256 * rounds, "seed": 3,
+        "redis_url": redis_url, "run_dir": str(tmp_path / "eq"), "eval_interval_s": 0,
+        "progress": "none", "learner_compile": False, "policy": SPEC,
+        "hyper": {"update_epochs": 2, "num_minibatches": 4}})
+    train(cfg)
+    actors = [e for f, e in events if f == "actor"]
+    learners = [e for f, e in events if f == "learner"]
+    assert len(actors) == len(learners) == rounds
+
+    # The lean PPO's loop (benchmarks/lean_ppo.py), fed the run's seeds and invocation ids.
+    spec = PolicySpec(**SPEC)
+    model, _ = init_policy("Pendulum-v1", spec, 3)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.hyper.learning_rate, eps=L.ADAM_EPS)
+    wenv = WarmEnv("Pendulum-v1", 4, ActorEvent(**actors[0]).seed)
+    pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
+                          ret_rms=RunningMeanStd(()))
+    rs = RunStore(Store(redis_url), "eq")
+    for k in range(rounds):
+        traj = rollout(wenv, pol, ActorEvent(**actors[k]))
+        for rms, st in ((pol.obs_rms, traj.obs_stats), (pol.ret_rms, traj.ret_stats)):
+            rms.merge(st["count"], st["mean"], st["var"])
+        ev = LearnerEvent(**learners[k])
+        batch = L.build_batch(model, L._group([traj], torch.device("cpu")), ev.hyper, [])
+        gen = torch.Generator().manual_seed(
+            (ev.seed * 1_000_003 + zlib.crc32(ev.invocation_id.encode())) % (2**63))
+        loss_fn = MinibatchLoss(ev.hyper, compile=False)
+        for _ in range(ev.hyper.update_epochs):
+            for idx in L._minibatches(len(batch), ev.hyper, gen):
+                loss, _ = loss_fn(model, batch, idx)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), ev.hyper.max_grad_norm)
+                opt.step()
+        snap = rs.params.get(k + 1)
+        published = build_policy(snap.meta)
+        obs_rms, ret_rms = load_policy_tensors(published, snap.tensors)
+        for (name, a), b in zip(model.named_parameters(), published.parameters(), strict=True):
+            assert torch.equal(a.detach(), b.detach()), (k + 1, name)
+        np.testing.assert_array_equal(obs_rms.mean, pol.obs_rms.mean)
+        np.testing.assert_array_equal(ret_rms.var, pol.ret_rms.var)
