@@ -45,8 +45,9 @@ class PPOHyper(BaseModel):
     learning_rate: float = Field(3e-4, gt=0.0)
     # decoupled: PPO's clip centred on the learner's starting policy, the paper's truncated
     # weight R' for the off-policy part; exactly PPO on fresh data. With a pipeline's one-batch
-    # lag and gae_values="learner" it learns as fast per env step as on-policy PPO, where
-    # ``truncate`` needs ~1.5x the steps (benchmarks/RESULTS.md, staleness study).
+    # lag and gae_values="learner" it learns faster per env step than ``truncate`` (which
+    # needs ~1.5x the steps), though still ~15-25% slower than on-policy PPO early on
+    # (benchmarks/RESULTS.md, staleness study and its session-6 correction).
     is_correction: Literal["none", "truncate", "vtrace", "decoupled"] = "decoupled"
     rho_bar: float = Field(1.0, ge=1.0)  # the paper's cap; >= 1 by definition
     c_bar: float = Field(1.0, gt=0.0)
