@@ -239,6 +239,12 @@ def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1.0 - tail))
 
 
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines, then a blank one."""
+    return ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
 def _ms(xs: list[float], fmt: str = "{:.0f}") -> str:
     if not xs:
         return "-"
@@ -283,25 +289,16 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
     return out
 
 
-def _all_reached(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> float | None:
-    """The highest target both systems reached in every seed."""
-    for tgt in sorted(targets, reverse=True):
-        ta, tb = a["to"][tgt], b["to"][tgt]
-        if ta["n"] and tb["n"] and ta["reached"] == ta["n"] and tb["reached"] == tb["n"]:
-            return tgt
-    return None
-
-
 def speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> tuple[
         float | None, float | None, float | None]:
     """(target, time ratio b/a, $ ratio a/b) on the highest target both reached in all seeds."""
-    tgt = _all_reached(a, b, targets)
-    if tgt is None:
-        return None, None, None
-    ta, tb = a["to"][tgt], b["to"][tgt]
-    ma, mb = sum(ta["t"]) / len(ta["t"]), sum(tb["t"]) / len(tb["t"])
-    ua, ub = sum(ta["usd"]) / len(ta["usd"]), sum(tb["usd"]) / len(tb["usd"])
-    return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12)
+    for tgt in sorted(targets, reverse=True):
+        ta, tb = a["to"][tgt], b["to"][tgt]
+        if ta["n"] and tb["n"] and ta["reached"] == ta["n"] and tb["reached"] == tb["n"]:
+            ma, mb = sum(ta["t"]) / len(ta["t"]), sum(tb["t"]) / len(tb["t"])
+            ua, ub = sum(ta["usd"]) / len(ta["usd"]), sum(tb["usd"]) / len(tb["usd"])
+            return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12)
+    return None, None, None
 
 
 def speedup_ci(a: dict[str, Any], b: dict[str, Any], tgt: float) -> dict[str, Any]:
@@ -469,47 +466,34 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
                      + ". Returns at a budget are read off each run's curve at that time; "
                      "\"-\" = the run was shorter; \"$ per run\" is for the run's own length.")
     lines.append("")
-    head = ["system"] + [f"return @ {p:g} min" for p in points] + [
-        "best return", "env steps/s", "$ per run"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + " --- |" * len(head))
-    for v in order:
-        s = st[v]
-        cells = [LABELS.get(v, v)] + [_ms(s["ret_at"][p]) for p in points] + [
-            _ms(s["best"]), _ms(s["sps"]), _ms(s["usd"], "{:.5f}")]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += _md_table(
+        ["system"] + [f"return @ {p:g} min" for p in points]
+        + ["best return", "env steps/s", "$ per run"],
+        [[LABELS.get(v, v)] + [_ms(st[v]["ret_at"][p]) for p in points]
+         + [_ms(st[v]["best"]), _ms(st[v]["sps"]), _ms(st[v]["usd"], "{:.5f}")] for v in order])
+
+    def time_cell(h: dict[str, Any]) -> str:
+        if not h["reached"]:
+            return f"not reached (0/{h['n']})"
+        note = "" if h["reached"] == h["n"] else f" ({h['reached']}/{h['n']} seeds)"
+        return f"{_ms(h['t'])} s / ${_ms(h['usd'], '{:.5f}')}{note}"
+
+    def steps_cell(h: dict[str, Any]) -> str:
+        note = "" if h["reached"] == h["n"] else f" ({h['reached']}/{h['n']})"
+        return _ms([n / 1000 for n in h["steps"]]) + note
+
     lines.append("Time (s) and $ to reach a return (first logged row whose mean of the last 100 "
                  "episodes reaches it; mean ± sd over the seeds that reached it):")
     lines.append("")
-    head = ["system"] + [f"{t:g}: time / $" for t in targets]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + " --- |" * len(head))
-    for v in order:
-        cells = [LABELS.get(v, v)]
-        for t in targets:
-            h = st[v]["to"][t]
-            if not h["reached"]:
-                cells.append(f"not reached (0/{h['n']})")
-                continue
-            note = "" if h["reached"] == h["n"] else f" ({h['reached']}/{h['n']} seeds)"
-            cells.append(f"{_ms(h['t'])} s / ${_ms(h['usd'], '{:.5f}')}{note}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += _md_table(["system"] + [f"{t:g}: time / $" for t in targets],
+                       [[LABELS.get(v, v)] + [time_cell(st[v]["to"][t]) for t in targets]
+                        for v in order])
     lines.append("Env steps (thousands) to reach a return, over the same seeds: how much each "
                  "system learns per env step, whatever its throughput:")
     lines.append("")
-    head = ["system"] + [f"k steps to {t:g}" for t in targets]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + " --- |" * len(head))
-    for v in order:
-        cells = [LABELS.get(v, v)]
-        for t in targets:
-            h = st[v]["to"][t]
-            note = "" if h["reached"] == h["n"] else f" ({h['reached']}/{h['n']})"
-            cells.append(_ms([n / 1000 for n in h["steps"]]) + note)
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += _md_table(["system"] + [f"k steps to {t:g}" for t in targets],
+                       [[LABELS.get(v, v)] + [steps_cell(st[v]["to"][t]) for t in targets]
+                        for v in order])
     # The Stellaris defaults (or the defaults on another backend) against each baseline.
     base = next((v for v in order if v == "stellaris" or re.fullmatch(
         r"stellaris\[backend=[a-z]+\]", v)), None)
