@@ -31,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from torch.nn.utils import parameters_to_vector, vector_to_parameters  # noqa: E402
 
 from benchmarks._common import RunLog  # noqa: E402
 from functions import learner as L  # noqa: E402
+from functions import ppo  # noqa: E402
 from functions.actor import rollout  # noqa: E402
+from functions.adam import FlatAdam  # noqa: E402
 from functions.compiled import MinibatchLoss  # noqa: E402
 from functions.envs import WarmEnv  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
@@ -71,8 +72,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     t_setup = time.perf_counter()
     model, _ = init_policy(env_id, spec, seed)
-    opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=L.ADAM_EPS,
-                           betas=(adam_beta1, 0.999))
+    adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS, betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)
     pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
                           ret_rms=RunningMeanStd(()))
@@ -92,6 +92,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     queue: deque[Any] = deque()  # rollouts sampled, not yet learned (``lag`` of them)
     # grad_delay: the weights of the last grad_delay + 1 steps; gradients are taken at the oldest
     stale_model = copy.deepcopy(model) if grad_delay else model
+    stale = FlatAdam(stale_model, lr=0.0, eps=L.ADAM_EPS) if grad_delay else adam  # its views
     history: deque[torch.Tensor] = deque(maxlen=grad_delay + 1)
     loss_fn = MinibatchLoss(hyper, compile)
     while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
@@ -116,31 +117,27 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
         groups = L._group([traj], device)
         batch = L.build_batch(model, groups, hyper, [])
-        sums: dict[str, float] = {}
-        n = 0
+        sums = L._Stats()
         for epoch in range(hyper.update_epochs):
             if epoch and hyper.is_correction == "vtrace":
                 batch = L.build_batch(model, groups, hyper, [])
             for idx in L._minibatches(len(batch), hyper, gen):
-                if grad_delay:
-                    history.append(parameters_to_vector(model.parameters()).detach().clone())
-                    vector_to_parameters(history[0], stale_model.parameters())
+                if not grad_delay:  # the sync learner's step, exactly
+                    sums.add(L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
+                    continue
+                # the gradient at the weights of grad_delay Adam steps earlier
+                history.append(adam.flat.detach().clone())
+                stale.flat.data.copy_(history[0])
+                stale.zero_grad()
                 loss, mb = loss_fn(stale_model, batch, idx)
-                opt.zero_grad(set_to_none=True)
-                if grad_delay:  # else stale_model is model: opt.zero_grad cleared it
-                    stale_model.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(stale_model.parameters(), hyper.max_grad_norm)
-                if grad_delay:
-                    for p, q in zip(model.parameters(), stale_model.parameters(), strict=True):
-                        p.grad = q.grad
-                opt.step()
-                for k, v in mb.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                n += 1
+                flat_grad = stale.flat_grad()
+                ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
+                adam.step(flat_grad)
+                sums.add(mb)
         pol.version += 1
         log.version = pol.version
-        stats = {f"losses/{k}": v / max(n, 1) for k, v in sums.items()}
+        stats = sums.result()
         stats["losses/explained_variance"] = L._explained_variance(batch)
         t2 = time.perf_counter()
         t_sample += t1 - t0

@@ -23,7 +23,6 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ import redis
 import torch
 
 from functions import ppo
+from functions.adam import FlatAdam
 from functions.compiled import MinibatchLoss
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
@@ -551,49 +551,25 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
 
 
 # -- update mode: the synchronous baseline ------------------------------------------------------
-def _load_adam(rs: RunStore, model: ActorCritic, lr: float) -> torch.optim.Adam:
-    opt = torch.optim.Adam(model.parameters(), lr=lr, eps=ADAM_EPS)
+def _load_adam(rs: RunStore, model: ActorCritic, lr: float) -> FlatAdam:
+    adam = FlatAdam(model, lr=lr, eps=ADAM_EPS)
     saved = rs.get_state(OPTIMIZER_STATE)
     if saved is not None:
-        load_adam_state(opt, model, saved[0])
-    return opt
+        adam.load_state_arrays(saved[0])
+    return adam
 
 
-def load_adam_state(opt: torch.optim.Adam, model: ActorCritic, arrays: Mapping[str, np.ndarray],
-                    prefix: str = "") -> bool:
-    """Install Adam moments saved by :func:`adam_state_tensors` (keys under ``prefix``).
-
-    All or nothing: a state of another architecture (missing or differently shaped entries)
-    is ignored, so the optimizer starts fresh rather than mis-applying moments.
-    """
-    named = dict(model.named_parameters())
-    for n, p in named.items():
-        for k in ("exp_avg", "exp_avg_sq", "step"):
-            if f"{prefix}{k}.{n}" not in arrays:
-                return False
-        if tuple(arrays[f"{prefix}exp_avg.{n}"].shape) != tuple(p.shape):
-            return False
-    for n, p in named.items():
-        opt.state[p] = {
-            "step": torch.tensor(float(np.asarray(arrays[f"{prefix}step.{n}"]).reshape(-1)[0])),
-            "exp_avg": torch.from_numpy(
-                np.array(arrays[f"{prefix}exp_avg.{n}"], dtype=np.float32)).to(p.device),
-            "exp_avg_sq": torch.from_numpy(
-                np.array(arrays[f"{prefix}exp_avg_sq.{n}"], dtype=np.float32)).to(p.device),
-        }
-    return True
-
-
-def adam_state_tensors(model: ActorCritic, opt: torch.optim.Adam) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for n, p in model.named_parameters():
-        st = opt.state.get(p)
-        if not st:
-            continue
-        out[f"exp_avg.{n}"] = st["exp_avg"].detach().cpu().numpy()
-        out[f"exp_avg_sq.{n}"] = st["exp_avg_sq"].detach().cpu().numpy()
-        out[f"step.{n}"] = np.asarray([float(st["step"])], dtype=np.float64)
-    return out
+def ppo_step(loss_fn: MinibatchLoss, model: ActorCritic, batch: Flat, idx: torch.Tensor,
+             adam: FlatAdam, max_grad_norm: float) -> dict[str, torch.Tensor]:
+    """One PPO minibatch: loss, backward, the global-norm clip, one Adam step; the minibatch's
+    stats. The sync learner's and the lean PPO's step (so they stay bit-identical)."""
+    adam.zero_grad()
+    loss, mb_stats = loss_fn(model, batch, idx)
+    loss.backward()
+    flat_grad = adam.flat_grad()
+    ppo.clip_grad_norm_flat_(flat_grad, max_grad_norm)
+    adam.step(flat_grad)
+    return mb_stats
 
 
 def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list[Rollouts],
@@ -601,7 +577,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     hyper = ev.hyper
     model, start_version = pol.model, pol.version
     target = int(ev.target_version or 0)
-    opt = _load_adam(rs, model, hyper.learning_rate)
+    adam = _load_adam(rs, model, hyper.learning_rate)
     stats = _Stats()
     batch = build_batch(model, groups, hyper, others)
     ev_explained = _explained_variance(batch)
@@ -611,13 +587,9 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
         if epoch and hyper.is_correction == "vtrace":
             batch = build_batch(model, groups, hyper, others)
         for idx in _minibatches(len(batch), hyper, gen):
-            loss, mb_stats = loss_fn(model, batch, idx)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
-            opt.step()
-            stats.add(mb_stats)
+            stats.add(ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
             steps += 1
+    adam.zero_grad()
 
     tw = time.perf_counter()
     obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
@@ -627,7 +599,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     except redis.ResponseError as exc:
         raise StalePublish(
             f"cannot publish version {target} of run {rs.run_id!r}: {exc}") from exc
-    rs.put_state(OPTIMIZER_STATE, adam_state_tensors(model, opt), {"version": target})
+    rs.put_state(OPTIMIZER_STATE, adam.state_arrays(), {"version": target})
     POLICIES.set_version(rs, target, obs_rms, ret_rms)
     out: dict[str, Any] = stats.result()
     out["losses/explained_variance"] = ev_explained

@@ -47,3 +47,63 @@ def test_loaded_state_and_unusual_options_still_match() -> None:
     adam_step(ob, b, g.clone())
     adam_step(oc, c, g.clone())
     assert torch.equal(b, c)
+
+
+def _policy_pair():
+    from functions.policy import init_policy
+
+    a, _ = init_policy("Pendulum-v1", seed=0)
+    return a, copy.deepcopy(a)
+
+
+def test_flat_adam_is_per_parameter_adam_with_the_global_clip() -> None:
+    """The PPO step's flat path: one cat, the flat clip, one fused step — the update of
+    per-tensor ``clip_grad_norm_`` + ``torch.optim.Adam`` (to float rounding)."""
+    from functions.adam import FlatAdam
+    from functions.ppo import clip_grad_norm_flat_
+
+    ref, model = _policy_pair()
+    opt = torch.optim.Adam(ref.parameters(), lr=3e-4, eps=1e-5)
+    adam = FlatAdam(model, lr=3e-4, eps=1e-5)
+    x = torch.randn(64, ref.obs_dim)
+    for _ in range(20):
+        for m in (ref, model):
+            m.zero_grad(set_to_none=True)
+            (m.critic(x).pow(2).mean() * 50 + m.actor(x).pow(3).mean()
+             + m.actor_logstd.pow(2).sum()).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        opt.step()
+        g = adam.flat_grad()
+        clip_grad_norm_flat_(g, 0.5)
+        adam.step(g)
+    for (name, p), q in zip(ref.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7, msg=name)
+    # the parameters are views of the one vector Adam steps
+    assert all(p.untyped_storage().data_ptr() == adam.flat.untyped_storage().data_ptr()
+               for p in model.parameters())
+
+
+def test_flat_adam_state_round_trips_per_name_and_refuses_another_shape() -> None:
+    from functions.adam import FlatAdam
+    from functions.messages import PolicySpec
+    from functions.policy import init_policy
+
+    _, model = _policy_pair()
+    adam = FlatAdam(model, lr=3e-4, eps=1e-5)
+    for _ in range(3):
+        adam.step(torch.randn(adam.flat.numel()))
+    saved = adam.state_arrays()
+    assert set(saved) == {f"{k}.{n}" for n, _ in model.named_parameters()
+                          for k in ("exp_avg", "exp_avg_sq", "step")}
+    other = FlatAdam(copy.deepcopy(model), lr=3e-4, eps=1e-5)
+    assert other.load_state_arrays(saved)
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        assert torch.equal(other.optimizer.state[other.flat][key],
+                           adam.optimizer.state[adam.flat][key]), key
+    g = torch.randn(adam.flat.numel())
+    adam.step(g.clone())
+    other.step(g.clone())
+    assert torch.equal(adam.flat, other.flat)
+    wider, _ = init_policy("Pendulum-v1", PolicySpec(hidden_sizes=[32, 32]), 0)
+    fresh = FlatAdam(wider, lr=3e-4, eps=1e-5)
+    assert not fresh.load_state_arrays(saved) and not fresh.optimizer.state

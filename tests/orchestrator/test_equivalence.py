@@ -17,6 +17,7 @@ import torch
 
 from functions import learner as L
 from functions.actor import rollout
+from functions.adam import FlatAdam
 from functions.compiled import MinibatchLoss
 from functions.envs import WarmEnv
 from functions.messages import ActorEvent, LearnerEvent, PolicySpec
@@ -55,7 +56,7 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
     # The lean PPO's loop (benchmarks/lean_ppo.py), fed the run's seeds and invocation ids.
     spec = PolicySpec(**SPEC)
     model, _ = init_policy("Pendulum-v1", spec, 3)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.hyper.learning_rate, eps=L.ADAM_EPS)
+    adam = FlatAdam(model, lr=cfg.hyper.learning_rate, eps=L.ADAM_EPS)
     wenv = WarmEnv("Pendulum-v1", 4, ActorEvent(**actors[0]).seed)
     pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
                           ret_rms=RunningMeanStd(()))
@@ -71,11 +72,7 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
         loss_fn = MinibatchLoss(ev.hyper, compile=False)
         for _ in range(ev.hyper.update_epochs):
             for idx in L._minibatches(len(batch), ev.hyper, gen):
-                loss, _ = loss_fn(model, batch, idx)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), ev.hyper.max_grad_norm)
-                opt.step()
+                L.ppo_step(loss_fn, model, batch, idx, adam, ev.hyper.max_grad_norm)
         snap = rs.params.get(k + 1)
         published = build_policy(snap.meta)
         obs_rms, ret_rms = load_policy_tensors(published, snap.tensors)
