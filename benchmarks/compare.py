@@ -19,7 +19,8 @@ its own process, and writes:
     python benchmarks/compare.py --quick --report-only        # redraw + rewrite the section
 
 System names: ``stellaris`` (async, ``--backend``, default local runtime), ``sync`` (our
-synchronous PPO on the same functions: 2 actors x 128 steps = a 2048-step round),
+synchronous PPO on the same functions: 2 actors x 4 envs x 256 steps = a 2048-step round, the
+lean PPO's 8 trajectories of 256 steps split over the two cores),
 ``rllib`` (:mod:`benchmarks.rllib_ppo`), ``lean`` (:mod:`benchmarks.lean_ppo`). Ablation flags
 change the Stellaris system only and tag its variant name, e.g. ``stellaris[is=none]``.
 """
@@ -101,8 +102,11 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         if args.no_compile:
             cmd += ["--set", "learner_compile=false"]
         if system == "sync":
+            # the lean PPO's batch exactly (8 envs x 256 steps), its sampling on both cores;
+            # 2 actors x 8 envs x 128 steps bootstrapped GAE twice as often and learned less
+            # per env step (benchmarks/RESULTS.md, session 6)
             cmd += ["--mode", "sync", "--backend", args.backend, "--actors", "2",
-                    "--rollout-steps", "128"]
+                    "--n-envs", "4", "--rollout-steps", "256"]
             return cmd
         cmd += ["--mode", "async", "--backend", args.backend]
         if args.actors is not None:

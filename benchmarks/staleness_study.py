@@ -58,6 +58,14 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
     # pi_prox / mu at 1; 2 lets most of them through
     "lag1-decoupled-learnerV-rho2": (1, ["--is-correction", "decoupled", "--hyper",
                                          "gae_values=learner", "--hyper", "rho_bar=2"]),
+    # half the batch (8 envs x 128 steps, minibatches still 64): one batch of lag is half as
+    # many env steps; the lag-0 row is the same change without the lag
+    "lag0-decoupled-learnerV-T128": (0, ["--is-correction", "decoupled", "--hyper",
+                                         "gae_values=learner", "--rollout-steps", "128",
+                                         "--hyper", "num_minibatches=16"]),
+    "lag1-decoupled-learnerV-T128": (1, ["--is-correction", "decoupled", "--hyper",
+                                         "gae_values=learner", "--rollout-steps", "128",
+                                         "--hyper", "num_minibatches=16"]),
 }
 CHECKPOINTS = (200_000, 400_000, 600_000)
 TARGETS = (1000, 1500, 2000)
