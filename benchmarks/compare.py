@@ -444,6 +444,61 @@ def _stale_summary(runs: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
+def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base: str,
+                prefix: str, who: str, others: tuple[str, ...], targets: list[float],
+                minutes: float) -> list[str]:
+    """The ``speedup vs X`` lines of system ``base`` (``prefix`` before each, ``who`` in the
+    prose) against each of ``others`` that ran: the highest target both reached in every
+    seed, its bootstrap interval, and the censored bounds where one side missed."""
+    names = {"rllib": "RLlib", "lean": "lean PPO", "sync": "sync PPO"}
+    lines: list[str] = []
+    for other in others:
+        name = names[other]
+        if other not in st:
+            continue
+        tgt, ratio, usd = speedup(st[base], st[other], targets)
+        if tgt is None:
+            lines.append(f"{prefix}speedup vs {name}: n/a (no target reached by both in every seed)")
+            continue
+        top = max(targets)
+        note = "" if tgt == top else (
+            f" — on return {tgt:g}, the highest target both reached in every seed "
+            f"({top:g} was not)")
+        ci = speedup_ci(st[base], st[other], tgt)
+        spread = ""
+        if ci["time"] is not None:
+            spread = (f" (95% bootstrap interval over seeds: time {ci['time'][0]:.2f}–"
+                      f"{ci['time'][1]:.2f}x, $ {ci['usd'][0]:.2f}–{ci['usd'][1]:.2f}x)")
+        if "steps" in ci:
+            spread += (f"; env steps to {tgt:g}: {name} needs {ci['steps']:.2f}x "
+                       f"{who}'s (above 1: {who} learns more per env step)")
+        lines.append(f"{prefix}speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x"
+                     + spread)
+        lines.append("")
+        upper = censored_speedup(st[other], st[base], targets, data[base], minutes)
+        if upper is not None and upper[0] > tgt:
+            utgt, uratio, uusd, umin = upper
+            got = st[base]["to"][utgt]
+            lines.append(
+                f"{prefix}speedup vs {name} on return {utgt:g}: <= {1 / uratio:.2f}x (censored: "
+                f"{who} reached {utgt:g} in {got['reached']} of {got['n']} {umin:g}-minute "
+                f"runs, {name} in every one; a {who} run that never got there counts its "
+                f"whole length and cost, which is less than it would have needed); $ vs "
+                f"{name}: >= {1 / uusd:.2f}x")
+            lines.append("")
+        bound = censored_speedup(st[base], st[other], targets, data[other], minutes)
+        if bound is not None:
+            btgt, bratio, busd, bmin = bound
+            reached = st[other]["to"][btgt]
+            lines.append(
+                f"{prefix}speedup vs {name} on return {btgt:g}: >= {bratio:.1f}x (censored: "
+                f"{name} reached {btgt:g} in {reached['reached']} of {reached['n']} "
+                f"{bmin:g}-minute runs; a run that never got there counts its whole length "
+                f"and cost); $ vs {name}: <= {busd:.2f}x")
+            lines.append("")
+    return lines
+
+
 def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
                targets: list[float], fig_dir: Path) -> list[str]:
     longest = max((run_minutes(r, minutes) for runs in data.values() for r in runs),
@@ -498,53 +553,16 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     lines += _md_table(["system"] + [f"k steps to {t:g}" for t in targets],
                        [[LABELS.get(v, v)] + [steps_cell(st[v]["to"][t]) for t in targets]
                         for v in order])
-    # The Stellaris defaults (or the defaults on another backend) against each baseline.
+    # The Stellaris defaults (or the defaults on another backend) against each baseline; then
+    # Stellaris's sync mode against the two baselines outside Stellaris.
     base = next((v for v in order if v == "stellaris" or re.fullmatch(
         r"stellaris\[backend=[a-z]+\]", v)), None)
     if base is not None:
-        for other, name in (("rllib", "RLlib"), ("lean", "lean PPO"), ("sync", "sync PPO")):
-            if other not in st:
-                continue
-            tgt, ratio, usd = speedup(st[base], st[other], targets)
-            if tgt is None:
-                lines.append(f"speedup vs {name}: n/a (no target reached by both in every seed)")
-                continue
-            top = max(targets)
-            note = "" if tgt == top else (
-                f" — on return {tgt:g}, the highest target both reached in every seed "
-                f"({top:g} was not)")
-            ci = speedup_ci(st[base], st[other], tgt)
-            spread = ""
-            if ci["time"] is not None:
-                spread = (f" (95% bootstrap interval over seeds: time {ci['time'][0]:.2f}–"
-                          f"{ci['time'][1]:.2f}x, $ {ci['usd'][0]:.2f}–{ci['usd'][1]:.2f}x)")
-            if "steps" in ci:
-                spread += (f"; env steps to {tgt:g}: {name} needs {ci['steps']:.2f}x "
-                           "Stellaris' (above 1: Stellaris learns more per env step)")
-            lines.append(f"speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x"
-                         + spread)
-            lines.append("")
-            upper = censored_speedup(st[other], st[base], targets, data[base], minutes)
-            if upper is not None and upper[0] > tgt:
-                utgt, uratio, uusd, umin = upper
-                got = st[base]["to"][utgt]
-                lines.append(
-                    f"speedup vs {name} on return {utgt:g}: <= {1 / uratio:.2f}x (censored: "
-                    f"Stellaris reached {utgt:g} in {got['reached']} of {got['n']} {umin:g}-minute "
-                    f"runs, {name} in every one; a Stellaris run that never got there counts its "
-                    f"whole length and cost, which is less than it would have needed); $ vs "
-                    f"{name}: >= {1 / uusd:.2f}x")
-                lines.append("")
-            bound = censored_speedup(st[base], st[other], targets, data[other], minutes)
-            if bound is not None:
-                btgt, bratio, busd, bmin = bound
-                reached = st[other]["to"][btgt]
-                lines.append(
-                    f"speedup vs {name} on return {btgt:g}: >= {bratio:.1f}x (censored: {name} "
-                    f"reached {btgt:g} in {reached['reached']} of {reached['n']} "
-                    f"{bmin:g}-minute runs; a run that never got there counts its whole length "
-                    f"and cost); $ vs {name}: <= {busd:.2f}x")
-                lines.append("")
+        lines += ratio_lines(st, data, base, "", "Stellaris", ("rllib", "lean", "sync"),
+                             targets, minutes)
+    if "sync" in st:
+        lines += ratio_lines(st, data, "sync", "sync PPO ", "sync PPO", ("rllib", "lean"),
+                             targets, minutes)
     stell = [v for v in order if v.startswith("stellaris")]
     if stell:
         lines.append("Staleness (Stellaris runs, versions): " + "; ".join(

@@ -133,3 +133,9 @@ def test_report_bounds_the_speedup_from_above_when_stellaris_missed_the_target(t
     assert "speedup vs lean PPO: 2.0x — on return 1000" in text
     # Stellaris' mean time to 2000 is at least (60 + 180) / 2 = 120 s: speedup <= 100 / 120
     assert "speedup vs lean PPO on return 2000: <= 0.83x" in text
+    # Stellaris's sync mode gets its own lines against the baselines outside Stellaris
+    data["sync"] = [run([20.0, 50.0, 180.0], [1000.0, 2000.0, 2000.0], 0.012, 3)] * 2
+    text = "\n".join(compare.env_report("Hopper-v5", 3, data, [1000, 2000], tmp_path))
+    assert "sync PPO speedup vs lean PPO: 2.0x;" in text  # 100 s / 50 s on 2000
+    assert "sync PPO speedup vs sync PPO" not in text
+    assert "speedup vs sync PPO: 0.7x — on return 1000" in text  # Stellaris vs sync: 20 / 30
