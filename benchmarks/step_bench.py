@@ -1,0 +1,81 @@
+"""Cost of one PPO minibatch step on the learner's CPU, per-tensor vs flat optimizer path.
+
+Hopper-v5's 64x64 policy, a synthetic 2,048-sample batch, the compiled minibatch loss, one
+thread; 320 steps (10 epochs x 32 minibatches) per timing, the two paths alternated:
+
+- per-tensor: ``zero_grad``, ``clip_grad_norm_`` and ``torch.optim.Adam.step`` over the
+  module's parameter tensors (what the sync learner and the lean PPO did before session 7);
+- flat: :func:`functions.learner.ppo_step` with :class:`functions.adam.FlatAdam` (one cat, a
+  two-op global-norm clip, one fused Adam kernel).
+
+    python benchmarks/step_bench.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from functions import learner as L  # noqa: E402
+from functions.adam import FlatAdam  # noqa: E402
+from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
+from functions.messages import PPOHyper  # noqa: E402
+from functions.policy import init_policy  # noqa: E402
+
+
+def us_per_step(flat: bool, env_id: str, epochs: int = 10) -> float:
+    hyper = PPOHyper()
+    model, _ = init_policy(env_id, seed=0)
+    batch = synthetic_batch(model, 2048)
+    loss_fn = MinibatchLoss(hyper, compile=True)
+    gen = torch.Generator().manual_seed(0)
+    stats = L._Stats()
+    if flat:
+        adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
+
+        def step(idx: torch.Tensor) -> None:
+            stats.add(L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=L.ADAM_EPS)
+
+        def step(idx: torch.Tensor) -> None:
+            loss, mb = loss_fn(model, batch, idx)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.max_grad_norm)
+            opt.step()
+            stats.add(mb)
+
+    for _ in range(3):  # warm-up: compile, allocator, Adam state
+        for idx in L._minibatches(len(batch), hyper, gen):
+            step(idx)
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        for idx in L._minibatches(len(batch), hyper, gen):
+            step(idx)
+            n += 1
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="Hopper-v5")
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    for r in range(a.repeats):
+        old, new = us_per_step(False, a.env), us_per_step(True, a.env)
+        print(f"repeat {r + 1}: per-tensor {old:.0f} us/step, flat {new:.0f} us/step, "
+              f"{old / new:.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
