@@ -43,6 +43,12 @@ def adam_step(optimizer: torch.optim.Adam, param: torch.Tensor, grad: torch.Tens
             eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
 
 
+def flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The parameters' gradients as one fresh flat vector (zeros where there is none)."""
+    return torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel())
+                      for p in params])
+
+
 class FlatAdam:
     """Adam over one flat vector that all of a module's parameters are views into.
 
@@ -69,9 +75,7 @@ class FlatAdam:
             p.grad = None
 
     def flat_grad(self) -> torch.Tensor:
-        """The parameters' gradients as one fresh flat vector (zeros where there is none)."""
-        return torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel())
-                          for p in self.params])
+        return flat_grad(self.params)
 
     def step(self, flat_grad: torch.Tensor) -> None:
         adam_step(self.optimizer, self.flat, flat_grad)

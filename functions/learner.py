@@ -33,6 +33,7 @@ import torch
 
 from functions import ppo
 from functions.adam import FlatAdam
+from functions.adam import flat_grad as adam_flat_grad
 from functions.compiled import MinibatchLoss
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
@@ -464,11 +465,6 @@ def _rebase(la: Lookahead, snap: PolicySnapshot,
     return loaded[0]
 
 
-def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel())
-                      for p in params])
-
-
 def _explained_variance(b: Flat) -> float:
     return ppo.explained_variance(b.values, b.returns)
 
@@ -517,7 +513,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                 loss.backward()
                 # one cat: a fresh flat copy, clipped as a whole (the global norm), which the
                 # writer thread serialises while the next backward runs
-                flat_grad = _flat_grad(params)
+                flat_grad = adam_flat_grad(params)
                 ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
                 stats.add(mb_stats)
                 seq = la.step(flat_grad)[0] if la is not None else None
