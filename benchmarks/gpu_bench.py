@@ -38,6 +38,7 @@ from functions import actor  # noqa: E402
 from functions import learner as L  # noqa: E402
 from functions.adam import FlatAdam  # noqa: E402
 from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
+from functions.graphed import GraphedStep  # noqa: E402
 from functions.messages import PolicySpec, PPOHyper  # noqa: E402
 from functions.policy import init_policy, policy_meta  # noqa: E402
 from store import EmbeddedRedis, RunStore, Store  # noqa: E402
@@ -50,7 +51,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def step_us(device: str, width: int, compile_loss: bool, steps: int) -> float:
+def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool = False) -> float:
     """Microseconds per PPO minibatch step (median of 3 timings of ``steps`` steps)."""
     hyper = PPOHyper()
     model, _ = init_policy(ENV, PolicySpec(hidden_sizes=[width, width]), seed=0)
@@ -61,14 +62,22 @@ def step_us(device: str, width: int, compile_loss: bool, steps: int) -> float:
     loss_fn = MinibatchLoss(hyper, compile=compile_loss)
     adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
     gen = torch.Generator().manual_seed(0)
+    graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm, adam.optimizer, adam.flat)
+               if graph else None)
 
     def run(n: int) -> float:
         done = 0
         _sync(device)
         t0 = time.perf_counter()
         while done < n:
-            for idx in L._minibatches(len(batch), hyper, gen):
-                L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm)
+            minibatches = L._minibatches(len(batch), hyper, gen)
+            if graphed is not None:
+                minibatches = L._on_device(minibatches, torch.device(device))
+            for idx in minibatches:
+                if graphed is not None:
+                    graphed(idx)
+                else:
+                    L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm)
                 done += 1
                 if done == n:
                     break
@@ -79,7 +88,8 @@ def step_us(device: str, width: int, compile_loss: bool, steps: int) -> float:
     return statistics.median(run(steps) for _ in range(3))
 
 
-def invocation_ms(redis_url: str, device: str, mode: str, repeats: int) -> dict[str, float]:
+def invocation_ms(redis_url: str, device: str, mode: str, repeats: int,
+                  graph: bool = True) -> dict[str, float]:
     """One warm learner invocation on a 2,048-step Hopper trajectory (10 epochs x 32)."""
     rs = RunStore(Store(redis_url), f"gpu-bench-{uuid.uuid4().hex[:8]}")
     model, tensors = init_policy(ENV, seed=0)
@@ -90,7 +100,7 @@ def invocation_ms(redis_url: str, device: str, mode: str, repeats: int) -> dict[
     for i in range(repeats + 1):
         event: dict[str, Any] = {"run_id": rs.run_id, "redis_url": redis_url, "device": device,
                                  "trajectory_ids": [traj], "invocation_id": f"b-{i}",
-                                 "compile": True, "mode": mode}
+                                 "compile": True, "mode": mode, "cuda_graph": graph}
         if mode == "update":
             event["target_version"] = i + 1
         else:
@@ -121,21 +131,24 @@ def main(argv: list[str] | None = None) -> int:
         "step_us": {}, "invocation_ms": {}}
     for width in a.widths:
         steps = 320 if width <= 256 else 64
-        for device in devices:
-            for compile_loss in (False, True):
-                key = f"{width}x{width}/{device}/{'compiled' if compile_loss else 'eager'}"
-                us = step_us(device, width, compile_loss, steps)
-                result["step_us"][key] = us
-                print(f"step {key}: {us:.0f} us", flush=True)
+        variants = [(d, c, False) for d in devices for c in (False, True)]
+        variants += [("cuda", c, True) for c in (False, True) if "cuda" in devices]
+        for device, compile_loss, graph in variants:
+            key = (f"{width}x{width}/{device}/{'compiled' if compile_loss else 'eager'}"
+                   f"{'+graph' if graph else ''}")
+            us = step_us(device, width, compile_loss, steps, graph)
+            result["step_us"][key] = us
+            print(f"step {key}: {us:.0f} us", flush=True)
     server = EmbeddedRedis().start()
     try:
-        for device in devices:
-            for mode in ("gradient", "update"):
-                key = f"{device}/{mode}"
-                result["invocation_ms"][key] = r = invocation_ms(server.url, device, mode,
-                                                                 a.repeats)
-                print(f"invocation {key}: {r['total_ms']:.0f} ms "
-                      f"(compute {r['compute_ms']:.0f} ms)", flush=True)
+        rows = [(d, m, False) for d in devices for m in ("gradient", "update")]
+        rows += [("cuda", m, True) for m in ("gradient", "update") if "cuda" in devices]
+        for device, mode, graph in rows:
+            key = f"{device}/{mode}{'+graph' if graph else ''}"
+            result["invocation_ms"][key] = r = invocation_ms(server.url, device, mode,
+                                                             a.repeats, graph)
+            print(f"invocation {key}: {r['total_ms']:.0f} ms "
+                  f"(compute {r['compute_ms']:.0f} ms)", flush=True)
     finally:
         server.close()
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,8 @@ class FlatAdam:
         first = next(iter(self.named))
         step = float(np.asarray(arrays[f"{prefix}step.{first}"]).reshape(-1)[0])
         self.optimizer.state[self.flat] = {
-            "step": torch.tensor(step), "exp_avg": cat("exp_avg"), "exp_avg_sq": cat("exp_avg_sq"),
+            # on the parameters' device, as the fused kernel requires (a CUDA learner's)
+            "step": torch.tensor(step, dtype=torch.float32, device=self.flat.device),
+            "exp_avg": cat("exp_avg"), "exp_avg_sq": cat("exp_avg_sq"),
         }
         return True

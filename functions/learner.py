@@ -35,6 +35,7 @@ from functions import ppo
 from functions.adam import FlatAdam
 from functions.adam import flat_grad as adam_flat_grad
 from functions.compiled import MinibatchLoss
+from functions.graphed import GraphedStep, can_graph
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
@@ -256,6 +257,14 @@ def _minibatches(n: int, hyper: PPOHyper, gen: torch.Generator) -> list[torch.Te
     return list(torch.tensor_split(perm, k))
 
 
+def _on_device(mbs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """An epoch's minibatch indices on ``device`` in one transfer (the permutation stays the
+    CPU generator's, so CPU and GPU learners visit the same minibatches)."""
+    if device.type == "cpu":
+        return mbs
+    return list(torch.split(torch.cat(mbs).to(device), [len(m) for m in mbs]))
+
+
 class _GradientWriter:
     """Streams gradients to Redis from one background thread, in order.
 
@@ -359,6 +368,10 @@ class _Stats:
 
     def result(self) -> dict[str, float]:
         return {f"losses/{k}": float(v) / max(self.n, 1) for k, v in self.sums.items()}
+
+
+def _loss_stats(stats: _Stats, graphed: GraphedStep | None) -> dict[str, float]:
+    return graphed.stats() if graphed is not None else stats.result()
 
 
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
@@ -484,13 +497,20 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                              per_message=ev.gradients_per_message)
     rebases_at_start = la.rebases if la else 0
     loss_fn = MinibatchLoss(hyper, ev.compile)
+    # Graphed only with look-ahead: without it a newer version may rebuild the module
+    # mid-invocation, and a graph holds on to the parameters it was captured with.
+    graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm)
+               if la is not None and can_graph(device, ev.cuda_graph,
+                                               hyper.is_correction == "vtrace") else None)
     try:
         for epoch in range(hyper.update_epochs):
             if epoch and hyper.is_correction == "vtrace":
                 # V-trace targets depend on the current critic: once per epoch, not per
                 # refresh (a whole-batch rebuild per minibatch made it 3x slower).
                 batch = build_batch(model, groups, hyper, others)
-            for mb, idx in enumerate(_minibatches(len(batch), hyper, gen)):
+            minibatches = _minibatches(len(batch), hyper, gen)
+            on_device = _on_device(minibatches, device) if graphed is not None else minibatches
+            for mb, (idx, idx_dev) in enumerate(zip(minibatches, on_device, strict=True)):
                 if la is not None:
                     applied = writer.take_applied()  # no round trip: the writer thread polls
                     if applied is not None and la.diverged(applied):
@@ -507,15 +527,18 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     version_used = pol.version
                 if not versions_used or versions_used[-1] != version_used:
                     versions_used.append(version_used)
-                for p in params:  # cheaper than Module.zero_grad, which walks every submodule
-                    p.grad = None
-                loss, mb_stats = loss_fn(model, batch, idx)
-                loss.backward()
-                # one cat: a fresh flat copy, clipped as a whole (the global norm), which the
-                # writer thread serialises while the next backward runs
-                flat_grad = adam_flat_grad(params)
-                ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
-                stats.add(mb_stats)
+                if graphed is not None:
+                    flat_grad = graphed(idx_dev)  # a static buffer: copied below, then reused
+                else:
+                    for p in params:  # cheaper than Module.zero_grad, which walks submodules
+                        p.grad = None
+                    loss, mb_stats = loss_fn(model, batch, idx)
+                    loss.backward()
+                    # one cat: a fresh flat copy, clipped as a whole (the global norm), which
+                    # the writer thread serialises while the next backward runs
+                    flat_grad = adam_flat_grad(params)
+                    ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
+                    stats.add(mb_stats)
                 seq = la.step(flat_grad)[0] if la is not None else None
                 writer.submit(Gradient.from_flat(
                     flat_grad.cpu().numpy(),
@@ -535,9 +558,10 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     tw = time.perf_counter()
     writer.close()
     model.zero_grad(set_to_none=True)
-    out: dict[str, Any] = stats.result()
+    out: dict[str, Any] = _loss_stats(stats, graphed)
     out["losses/explained_variance"] = ev_explained
     out["compiled"] = loss_fn.compiled
+    out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
     out.update({"gradients": writer.written, "duplicates": writer.duplicates,
                 "versions_used": sorted(set(versions_used)),
                 "_write_s": time.perf_counter() - tw})
@@ -578,11 +602,20 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     batch = build_batch(model, groups, hyper, others)
     ev_explained = _explained_variance(batch)
     loss_fn = MinibatchLoss(hyper, ev.compile)
+    device = adam.flat.device
+    graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm, adam.optimizer, adam.flat)
+               if can_graph(device, ev.cuda_graph, hyper.is_correction == "vtrace") else None)
     steps = 0
     for epoch in range(hyper.update_epochs):
         if epoch and hyper.is_correction == "vtrace":
             batch = build_batch(model, groups, hyper, others)
-        for idx in _minibatches(len(batch), hyper, gen):
+        minibatches = _minibatches(len(batch), hyper, gen)
+        if graphed is not None:
+            for idx in _on_device(minibatches, device):
+                graphed(idx)
+                steps += 1
+            continue
+        for idx in minibatches:
             stats.add(ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
             steps += 1
     adam.zero_grad()
@@ -597,9 +630,10 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
             f"cannot publish version {target} of run {rs.run_id!r}: {exc}") from exc
     rs.put_state(OPTIMIZER_STATE, adam.state_arrays(), {"version": target})
     POLICIES.set_version(rs, target, obs_rms, ret_rms)
-    out: dict[str, Any] = stats.result()
+    out: dict[str, Any] = _loss_stats(stats, graphed)
     out["losses/explained_variance"] = ev_explained
     out["compiled"] = loss_fn.compiled
+    out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
     out.update({"published_version": target, "optimizer_steps": steps, "gradients": 0,
                 "versions_used": [start_version], "_write_s": time.perf_counter() - tw})
     return out

@@ -140,6 +140,8 @@ class LearnerEvent(_Event):
     gradients_per_message: int = Field(1, ge=1, le=64)
     # The minibatch loss through torch.compile (functions/compiled.py); eager if that fails
     compile: bool = False
+    # On CUDA: each minibatch step as one CUDA graph replay (functions/graphed.py)
+    cuda_graph: bool = True
 
     @field_validator("obs_stats", "ret_stats")
     @classmethod

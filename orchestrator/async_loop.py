@@ -175,6 +175,7 @@ class AsyncTrainer(Trainer):
                 versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
                 lookahead=cfg.learner_lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
                 gradients_per_message=cfg.gradients_per_message, compile=cfg.learner_compile,
+                cuda_graph=cfg.learner_cuda_graphs,
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
 

@@ -117,6 +117,12 @@ class TrainConfig(BaseModel):
         "without one the learner warns once and computes eagerly. The sync baseline and the "
         "lean PPO benchmark use the same switch."
     )
+    learner_cuda_graphs: bool = Field(
+        True, description="On a CUDA learner (device cuda, or auto with a GPU), capture each "
+        "minibatch step — forward, backward, clip, and in sync mode the Adam step — as one "
+        "CUDA graph and replay it (functions/graphed.py): a small policy's step is kernel "
+        "launches, not arithmetic. Ignored on the CPU."
+    )
     master_adam_beta1: float = Field(
         0.9, ge=0.0, lt=1.0, description="Momentum coefficient of the async master's Adam. "
         "Stale gradients add momentum of their own (a gradient computed a few versions ago "

@@ -76,6 +76,7 @@ class SyncTrainer(Trainer):
             # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
             hyper=self.cfg.hyper.model_copy(update={"is_correction": "none"}), target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
             device=self.cfg.device, seed=self.next_seed(), compile=self.cfg.learner_compile,
+            cuda_graph=self.cfg.learner_cuda_graphs,
         ).to_event()
         for attempt in range(self.cfg.max_retries + 1):
             res = self.invoker.submit("learner", event).result()

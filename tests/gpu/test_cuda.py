@@ -52,19 +52,26 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
 
 
-@pytest.mark.parametrize("compile_loss", [False, True])
-def test_a_cuda_lookahead_learner_equals_the_cpu_update(run_store, redis_url, compile_loss):
-    """Gradient mode on the GPU (look-ahead, packed messages, maybe compiled) ends one batch
-    where the CPU's reference PPO loop ends, from the same trajectory and minibatch order."""
+@pytest.mark.parametrize(("compile_loss", "cuda_graph"),
+                         [(False, False), (True, False), (False, True), (True, True)])
+def test_a_cuda_lookahead_learner_equals_the_cpu_update(run_store, redis_url, compile_loss,
+                                                        cuda_graph):
+    """Gradient mode on the GPU (look-ahead, packed messages, maybe compiled, maybe replayed
+    as a CUDA graph) ends one batch where the CPU's reference PPO loop ends, from the same
+    trajectory and minibatch order."""
     master = MasterPolicy("Pendulum-v1", SMALL, seed=0, learning_rate=LR)
     master.publish(run_store)
     ids = _sample(run_store, redis_url, "Pendulum-v1", n=2)
     hyper = PPOHyper(update_epochs=3, num_minibatches=4, learning_rate=LR)
     out = learner.handler(_ev(run_store, redis_url, trajectory_ids=ids, invocation_id="L0",
                               hyper=hyper.model_dump(), lookahead=True, seed=1,
-                              compile=compile_loss, gradients_per_message=4, device=DEVICE))
+                              compile=compile_loss, gradients_per_message=4, device=DEVICE,
+                              cuda_graph=cuda_graph))
     assert out["device"].startswith(DEVICE) and out["gradients"] == 12
     assert out["compiled"] == compile_loss
+    # 3 eager warm-up steps, then one capture and 9 replays
+    assert out["cuda_graph_replays"] == (9 if cuda_graph and DEVICE == "cuda" else 0)
+    assert out["losses/approx_kl"] == out["losses/approx_kl"]  # stats came back (not NaN)
     la = learner._LOOKAHEADS.get(run_store)
     assert la.flat.device.type == DEVICE
 
@@ -105,7 +112,9 @@ def _copy_run(src: RunStore, dst: RunStore, ids: list[str]) -> list[str]:
     return [dst.traj.append(e.meta, e.blob) for e in src.traj.get(ids)]
 
 
-def test_a_cuda_update_mode_round_publishes_what_the_cpu_publishes(store, run_store, redis_url):
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_a_cuda_update_mode_round_publishes_what_the_cpu_publishes(store, run_store, redis_url,
+                                                                   cuda_graph):
     """Sync mode's learner on the GPU: two rounds (Adam state saved from the GPU and loaded
     back) publish the weights the CPU publishes from the same data, readable by CPU actors."""
     model, tensors = init_policy("Hopper-v5", PolicySpec(), 0)
@@ -120,8 +129,11 @@ def test_a_cuda_update_mode_round_publishes_what_the_cpu_publishes(store, run_st
                 out = learner.handler(_ev(rs, redis_url, mode="update", trajectory_ids=tids,
                                           target_version=target, hyper=hyper,
                                           invocation_id=f"round-{target}", device=device,
-                                          compile=True))
+                                          compile=True, cuda_graph=cuda_graph))
                 assert out["published_version"] == target and out["device"].startswith(device)
+                graphed = cuda_graph and device == "cuda"
+                assert out["cuda_graph_replays"] == (8 - 3 if graphed else 0)
+                assert np.isfinite(out["losses/policy_loss"])
         gpu, cpu = run_store.params.latest(), other.params.latest()
         assert gpu.version == cpu.version == 2
         start = run_store.params.get(0).tensors

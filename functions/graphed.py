@@ -1,0 +1,139 @@
+"""A learner's minibatch step on a GPU as one CUDA graph replay.
+
+Hopper's policy is two 64x64 MLPs: a minibatch step is ~150 tiny kernels eagerly, ~20
+compiled, and on a GPU each costs a launch from Python (~5-20 µs of host time), not
+arithmetic. Measured on an H200 (benchmarks/RESULTS.md, ``benchmarks/gpu_bench.py``) the
+step was 3.5x *slower* than one CPU core, eager or compiled. Captured once as a CUDA graph
+— forward, backward, the flat gradient, the global-norm clip and (update mode) the fused
+Adam step — each later minibatch is one copy of its indices and one replay: the GPU runs
+the same kernels on the same buffers with no Python between them.
+
+What a graph requires, and how this keeps it:
+
+- **Fixed memory**: the batch, the parameters (views into one flat vector that look-ahead
+  rebases copy into, never replace) and the optimizer state stay where they were captured;
+  a graph lives for one invocation (one batch), and V-trace, which rebuilds the batch each
+  epoch, is not graphed. The minibatch's indices go through one static buffer.
+- **Fixed shapes**: one graph per minibatch size; a ragged last minibatch runs eagerly.
+- **Warm-up before capture** (PyTorch's rule: lazy initialisation must not happen inside a
+  capture): the first minibatches run eagerly on a side stream — real steps, not thrown
+  away — which also compiles the loss for the device's index tensors.
+- **No host syncs inside**: the loss and the clip are pure tensor maths; statistics are
+  summed into device accumulators inside the graph and read once at the end.
+
+Numbers are the eager step's to float rounding (the same kernels in the same order); the
+CUDA tests compare a graphed learner with the CPU's reference loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from functions import ppo
+from functions.adam import adam_step, flat_grad
+
+log = logging.getLogger(__name__)
+
+WARMUP_STEPS = 3  # eager steps before the capture (PyTorch's examples use 3)
+
+
+class GraphedStep:
+    """``step(idx) -> flat clipped gradient`` for one invocation's batch, on CUDA.
+
+    ``loss_fn(model, batch, idx)`` is the minibatch loss; with ``optimizer`` (a
+    ``torch.optim.Adam`` over ``flat``, fused) the Adam step is captured too (update mode),
+    else the caller applies the returned gradient (gradient mode, look-ahead). The returned
+    gradient is a static buffer: overwritten by the next step, so copy what must outlive it.
+    """
+
+    def __init__(self, loss_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]],
+                 model: torch.nn.Module, batch: Any, max_grad_norm: float,
+                 optimizer: torch.optim.Adam | None = None,
+                 flat: torch.Tensor | None = None) -> None:
+        self.loss_fn, self.model, self.batch = loss_fn, model, batch
+        self.params = list(model.parameters())
+        self.max_grad_norm = max_grad_norm
+        self.optimizer, self.flat = optimizer, flat
+        self.device = self.params[0].device
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self.sums: dict[str, torch.Tensor] = {}  # device accumulators of the loss's stats
+        self.n = 0
+        self.warm = 0
+        self.side = torch.cuda.Stream(self.device)
+        self.replays = 0
+        self.failed = False  # a capture failed: eager from then on, as compiling does
+
+    def _eager(self, idx: torch.Tensor) -> torch.Tensor:
+        for p in self.params:
+            p.grad = None
+        loss, stats = self.loss_fn(self.model, self.batch, idx)
+        loss.backward()
+        grad = flat_grad(self.params)
+        ppo.clip_grad_norm_flat_(grad, self.max_grad_norm)
+        if self.optimizer is not None:
+            adam_step(self.optimizer, self.flat, grad)
+        self._accumulate(stats)
+        return grad
+
+    def _accumulate(self, stats: dict[str, torch.Tensor]) -> None:
+        for k, v in stats.items():
+            if k not in self.sums:
+                self.sums[k] = torch.zeros((), dtype=v.dtype, device=self.device)
+            self.sums[k].add_(v.detach())
+
+    def _capture(self, size: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        static_idx = torch.zeros(size, dtype=torch.long, device=self.device)
+        for p in self.params:
+            p.grad = None  # backward allocates them from the graph's pool
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss, stats = self.loss_fn(self.model, self.batch, static_idx)
+            loss.backward()
+            grad = flat_grad(self.params)
+            ppo.clip_grad_norm_flat_(grad, self.max_grad_norm)
+            if self.optimizer is not None:
+                adam_step(self.optimizer, self.flat, grad)
+            self._accumulate(stats)
+        return graph, static_idx, grad
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor:
+        """One minibatch step on ``idx`` (indices on the device)."""
+        self.n += 1
+        if (self.failed or self.warm < WARMUP_STEPS
+                or (idx.numel() not in self.graphs and self.graphs)):
+            # warm-up (and a ragged minibatch) eagerly, on a side stream as capture requires
+            self.side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.side):
+                grad = self._eager(idx)
+            torch.cuda.current_stream(self.device).wait_stream(self.side)
+            self.warm += 1
+            return grad
+        if idx.numel() not in self.graphs:
+            try:
+                self.graphs[idx.numel()] = self._capture(idx.numel())
+            except RuntimeError as exc:
+                # Nothing ran during the failed capture (capturing records, it does not
+                # execute), so this minibatch and the rest go eagerly with the same result.
+                log.warning("CUDA graph capture of the learner step failed (%s); stepping "
+                            "eagerly", str(exc).splitlines()[0][:200])
+                self.failed = True
+                self.n -= 1
+                return self(idx)
+        graph, static_idx, grad = self.graphs[idx.numel()]
+        static_idx.copy_(idx)
+        graph.replay()
+        self.replays += 1
+        return grad
+
+    def stats(self) -> dict[str, float]:
+        """The loss's statistics, mean over the steps taken (one host sync)."""
+        return {f"losses/{k}": float(v) / max(self.n, 1) for k, v in self.sums.items()}
+
+
+def can_graph(device: torch.device, wanted: bool, vtrace: bool) -> bool:
+    """Whether a learner invocation steps through :class:`GraphedStep`."""
+    return wanted and device.type == "cuda" and not vtrace
