@@ -41,7 +41,7 @@ from functions.compiled import MinibatchLoss  # noqa: E402
 from functions.envs import WarmEnv  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
-from functions.policy import init_policy  # noqa: E402
+from functions.policy import flatten_parameters, init_policy  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
 
 
@@ -49,7 +49,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
-          adam_beta1: float = 0.9, compile: bool = True) -> dict[str, Any]:
+          adam_beta1: float = 0.9, compile: bool = True,
+          extrapolate: float = 0.0) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
@@ -60,6 +61,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     applies it to the current ones: the gradient staleness of the aggregator's pipeline.
     ``compile``: the minibatch loss through torch.compile, as Stellaris' learners do by
     default (``learner_compile``), so the reference is not slower for want of it.
+    ``extrapolate`` (with ``lag``): sample each rollout with ``θ_k + a (θ_k - θ_{k-1})``, a
+    guess at the weights it will be learned at ``lag`` updates later, instead of ``θ_k``.
     """
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
@@ -82,7 +85,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
-              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1,
+              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1, "extrapolate": extrapolate,
               "compile": compile, "backend": "single-process"}
     log = RunLog(out_dir, config, log_interval_s)
     budget_s = minutes * 60 if minutes is not None else float("inf")
@@ -95,12 +98,23 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     stale = FlatAdam(stale_model, lr=0.0, eps=L.ADAM_EPS) if grad_delay else adam  # its views
     history: deque[torch.Tensor] = deque(maxlen=grad_delay + 1)
     loss_fn = MinibatchLoss(hyper, compile)
+    # extrapolate: actors sample with a guess at the next weights (a copy; normalisers shared)
+    sampler = pol
+    if extrapolate:
+        sampler = SimpleNamespace(model=copy.deepcopy(model), version=0, obs_rms=pol.obs_rms,
+                                  ret_rms=pol.ret_rms)
+        sample_flat, _ = flatten_parameters(sampler.model)
+        before_update = adam.flat.detach().clone()
     while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
         it += 1
         t0 = time.perf_counter()
         ev = ActorEvent(run_id="lean", env_id=env_id, n_envs=n_envs, steps=rollout_steps,
                         seed=seed, gamma=hyper.gamma, invocation_id=f"lean-{it}")
-        traj = rollout(wenv, pol, ev)
+        if extrapolate:
+            with torch.no_grad():
+                sample_flat.copy_(adam.flat + extrapolate * (adam.flat - before_update))
+            sampler.version = pol.version
+        traj = rollout(wenv, sampler, ev)
         # The rollout was sampled with the current statistics; fold its own into the next
         # version's (as the orchestrator does with an actor's report).
         for rms, st in ((pol.obs_rms, traj.obs_stats), (pol.ret_rms, traj.ret_stats)):
@@ -117,6 +131,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
         groups = L._group([traj], device)
         batch = L.build_batch(model, groups, hyper, [])
+        if extrapolate:
+            before_update = adam.flat.detach().clone()
         sums = L._Stats()
         for epoch in range(hyper.update_epochs):
             if epoch and hyper.is_correction == "vtrace":
@@ -174,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grad-delay", type=int, default=0,
                    help="take each gradient at the weights of this many Adam steps earlier")
     p.add_argument("--adam-beta1", type=float, default=0.9, help="Adam's momentum coefficient")
+    p.add_argument("--extrapolate", type=float, default=0.0,
+                   help="with --lag: sample with theta_k + a (theta_k - theta_k-1)")
     p.add_argument("--no-compile", action="store_true",
                    help="eager minibatch loss (default: torch.compile, as Stellaris' learners)")
     p.add_argument("--out", required=True, help="run folder")
@@ -183,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
               _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
-              compile=not a.no_compile)
+              compile=not a.no_compile, extrapolate=a.extrapolate)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

@@ -66,6 +66,12 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
     "lag1-decoupled-learnerV-T128": (1, ["--is-correction", "decoupled", "--hyper",
                                          "gae_values=learner", "--rollout-steps", "128",
                                          "--hyper", "num_minibatches=16"]),
+    # actors sample with a linear extrapolation of the weights one update ahead — a guess at
+    # the weights their data will be learned at — instead of the latest (session 8)
+    "lag1-decoupled-learnerV-extrap1": (1, ["--is-correction", "decoupled", "--hyper",
+                                            "gae_values=learner", "--extrapolate", "1.0"]),
+    "lag1-decoupled-learnerV-extrap0.5": (1, ["--is-correction", "decoupled", "--hyper",
+                                              "gae_values=learner", "--extrapolate", "0.5"]),
 }
 CHECKPOINTS = (200_000, 400_000, 600_000)
 TARGETS = (1000, 1500, 2000)
