@@ -107,7 +107,10 @@ class Trainer:
 
     def record_cost(self, result: InvocationResult) -> None:
         mem = self.cfg.learner_memory_mb if result.function == "learner" else self.cfg.actor_memory_mb
-        gpu = result.function == "learner" and self.cfg.device == "cuda"
+        # What the learner ran on, as it reports it: with device "auto" a GPU machine's learners
+        # run (and are billed) on CUDA; a failed one that reported nothing goes by the config.
+        ran_on = str((result.payload or {}).get("device", self.cfg.device))
+        gpu = result.function == "learner" and ran_on.startswith("cuda")
         self.cost.invocation(result.function, result.duration_ms, mem, gpu=gpu)
 
     def record_failure(self, result: InvocationResult) -> None:

@@ -41,3 +41,22 @@ def test_serverful_pays_the_whole_wall_time() -> None:
 def test_price_overrides() -> None:
     p = PriceTable.from_overrides({"lambda_gb_second_usd": 1.0})
     assert p.lambda_gb_second_usd == 1.0 and p.lambda_request_usd == pytest.approx(0.2e-6)
+
+
+def test_a_learner_is_billed_by_the_device_it_reports_having_run_on() -> None:
+    """With device "auto" on a GPU machine the learners run on CUDA: billed as GPU time."""
+    from types import SimpleNamespace
+
+    from orchestrator.config import load_config
+    from orchestrator.invokers.base import InvocationResult
+    from orchestrator.trainer import Trainer
+
+    cfg = load_config(None, {"device": "auto"})
+    trainer = SimpleNamespace(cfg=cfg, cost=CostMeter())
+    for device in ("cuda:0", "cpu"):
+        Trainer.record_cost(trainer, InvocationResult("learner", True, {"device": device},
+                                                      duration_ms=1000.0))
+    gpu_s = 1.0 * PriceTable().gpu_instance_hour_usd / 3600
+    cpu_s = lambda_cost(1000.0, cfg.learner_memory_mb, PriceTable())[1]
+    assert trainer.cost.report(wall_s=1.0)["functions"]["learner"]["usd"] == pytest.approx(
+        gpu_s + cpu_s)
