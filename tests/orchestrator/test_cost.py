@@ -51,7 +51,7 @@ def test_a_learner_is_billed_by_the_device_it_reports_having_run_on() -> None:
     from orchestrator.invokers.base import InvocationResult
     from orchestrator.trainer import Trainer
 
-    cfg = load_config(None, {"device": "auto"})
+    cfg = load_config(None, {"device": "auto", "total_steps": 1})
     trainer = SimpleNamespace(cfg=cfg, cost=CostMeter())
     for device in ("cuda:0", "cpu"):
         Trainer.record_cost(trainer, InvocationResult("learner", True, {"device": device},
