@@ -52,25 +52,28 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
 
 
-@pytest.mark.parametrize(("compile_loss", "cuda_graph"),
-                         [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize(("compile_loss", "cuda_graph", "minibatches", "replays"), [
+    (False, False, 4, 0), (True, False, 4, 0), (False, True, 4, 9), (True, True, 4, 9),
+    # 512 samples in 3 minibatches: sizes 171, 171, 170 — a graph for each size after its
+    # warm-up (3 steps for the first size, 1 for the second): 5 of 9 steps replayed
+    (True, True, 3, 5)])
 def test_a_cuda_lookahead_learner_equals_the_cpu_update(run_store, redis_url, compile_loss,
-                                                        cuda_graph):
+                                                        cuda_graph, minibatches, replays):
     """Gradient mode on the GPU (look-ahead, packed messages, maybe compiled, maybe replayed
     as a CUDA graph) ends one batch where the CPU's reference PPO loop ends, from the same
     trajectory and minibatch order."""
     master = MasterPolicy("Pendulum-v1", SMALL, seed=0, learning_rate=LR)
     master.publish(run_store)
     ids = _sample(run_store, redis_url, "Pendulum-v1", n=2)
-    hyper = PPOHyper(update_epochs=3, num_minibatches=4, learning_rate=LR)
+    hyper = PPOHyper(update_epochs=3, num_minibatches=minibatches, learning_rate=LR)
     out = learner.handler(_ev(run_store, redis_url, trajectory_ids=ids, invocation_id="L0",
                               hyper=hyper.model_dump(), lookahead=True, seed=1,
                               compile=compile_loss, gradients_per_message=4, device=DEVICE,
                               cuda_graph=cuda_graph))
-    assert out["device"].startswith(DEVICE) and out["gradients"] == 12
+    assert out["device"].startswith(DEVICE) and out["gradients"] == 3 * minibatches
     assert out["compiled"] == compile_loss
-    # 3 eager warm-up steps, then one capture and 9 replays
-    assert out["cuda_graph_replays"] == (9 if cuda_graph and DEVICE == "cuda" else 0)
+    # eager warm-up steps, then a capture and replays
+    assert out["cuda_graph_replays"] == (replays if DEVICE == "cuda" else 0)
     assert out["losses/approx_kl"] == out["losses/approx_kl"]  # stats came back (not NaN)
     la = learner._LOOKAHEADS.get(run_store)
     assert la.flat.device.type == DEVICE
@@ -100,7 +103,8 @@ def test_a_cuda_lookahead_learner_equals_the_cpu_update(run_store, redis_url, co
     run_store.grads.ensure_group("agg", start_id="0")
     grads = [g for e in run_store.grads.read("agg", "t", count=100, block_ms=None)
              for g in Gradient.unpack(e.blob)]
-    assert [g.version_used for g in grads] == list(range(12))  # as the look-ahead predicted
+    # each at the version the look-ahead predicted
+    assert [g.version_used for g in grads] == list(range(3 * minibatches))
     for g in grads:
         master.apply(g.flat_vector())
     assert float(torch.linalg.vector_norm(master.flat.detach().cpu() - cpu)) < 1e-3 * moved
