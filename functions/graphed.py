@@ -130,10 +130,14 @@ class GraphedStep:
 
     def _eager_on_side_stream(self, idx: torch.Tensor) -> torch.Tensor:
         # on a side stream, as PyTorch asks of the warm-up before a capture
-        self.side.wait_stream(torch.cuda.current_stream(self.device))
+        current = torch.cuda.current_stream(self.device)
+        self.side.wait_stream(current)
         with torch.cuda.stream(self.side):
             grad = self._eager(idx)
-        torch.cuda.current_stream(self.device).wait_stream(self.side)
+        current.wait_stream(self.side)
+        # the caller reads it on the current stream: keep its memory from the side stream's
+        # next allocations until that work is done
+        grad.record_stream(current)
         return grad
 
     def stats(self) -> dict[str, float]:
