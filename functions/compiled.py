@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from functions import ppo
+from functions.adam import flat_grad
 from functions.messages import PPOHyper
 from functions.policy import init_policy
 
@@ -102,6 +103,21 @@ class MinibatchLoss:
             self.fn = self.eager
         self.proven = True
         return out
+
+
+def clipped_grad(loss_fn: LossFn | MinibatchLoss, model: torch.nn.Module,
+                 params: list[torch.nn.Parameter], batch: Any, idx: torch.Tensor,
+                 max_grad_norm: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One minibatch's gradient — loss, backward, one flat copy of the gradients, the
+    global-norm clip — and the loss's stats. Every learner step is this, then an Adam step
+    (sync learner, lean PPO, graphed update) or a send (async learner)."""
+    for p in params:  # cheaper than Module.zero_grad, which walks every submodule
+        p.grad = None
+    loss, stats = loss_fn(model, batch, idx)
+    loss.backward()
+    grad = flat_grad(params)
+    ppo.clip_grad_norm_flat_(grad, max_grad_norm)
+    return grad, stats
 
 
 def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,

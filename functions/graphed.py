@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from functions import ppo
-from functions.adam import adam_step, flat_grad
+from functions.adam import adam_step
+from functions.compiled import clipped_grad
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +69,10 @@ class GraphedStep:
         self.replays = 0
         self.failed = False  # a capture failed: eager from then on, as compiling does
 
-    def _eager(self, idx: torch.Tensor) -> torch.Tensor:
-        for p in self.params:
-            p.grad = None
-        loss, stats = self.loss_fn(self.model, self.batch, idx)
-        loss.backward()
-        grad = flat_grad(self.params)
-        ppo.clip_grad_norm_flat_(grad, self.max_grad_norm)
+    def _step(self, idx: torch.Tensor) -> torch.Tensor:
+        """The step itself: run eagerly, or recorded inside a capture."""
+        grad, stats = clipped_grad(self.loss_fn, self.model, self.params, self.batch, idx,
+                                   self.max_grad_norm)
         if self.optimizer is not None:
             adam_step(self.optimizer, self.flat, grad)
         self._accumulate(stats)
@@ -89,17 +86,9 @@ class GraphedStep:
 
     def _capture(self, size: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
         static_idx = torch.zeros(size, dtype=torch.long, device=self.device)
-        for p in self.params:
-            p.grad = None  # backward allocates them from the graph's pool
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            loss, stats = self.loss_fn(self.model, self.batch, static_idx)
-            loss.backward()
-            grad = flat_grad(self.params)
-            ppo.clip_grad_norm_flat_(grad, self.max_grad_norm)
-            if self.optimizer is not None:
-                adam_step(self.optimizer, self.flat, grad)
-            self._accumulate(stats)
+        with torch.cuda.graph(graph):  # the gradients backward allocates come from its pool
+            grad = self._step(static_idx)
         return graph, static_idx, grad
 
     def __call__(self, idx: torch.Tensor) -> torch.Tensor:
@@ -133,7 +122,7 @@ class GraphedStep:
         current = torch.cuda.current_stream(self.device)
         self.side.wait_stream(current)
         with torch.cuda.stream(self.side):
-            grad = self._eager(idx)
+            grad = self._step(idx)
         current.wait_stream(self.side)
         # the caller reads it on the current stream: keep its memory from the side stream's
         # next allocations until that work is done

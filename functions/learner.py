@@ -33,8 +33,7 @@ import torch
 
 from functions import ppo
 from functions.adam import FlatAdam
-from functions.adam import flat_grad as adam_flat_grad
-from functions.compiled import MinibatchLoss
+from functions.compiled import MinibatchLoss, clipped_grad
 from functions.graphed import GraphedStep, can_graph
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
@@ -530,14 +529,10 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                 if graphed is not None:
                     flat_grad = graphed(idx_dev)  # a static buffer: copied below, then reused
                 else:
-                    for p in params:  # cheaper than Module.zero_grad, which walks submodules
-                        p.grad = None
-                    loss, mb_stats = loss_fn(model, batch, idx)
-                    loss.backward()
-                    # one cat: a fresh flat copy, clipped as a whole (the global norm), which
-                    # the writer thread serialises while the next backward runs
-                    flat_grad = adam_flat_grad(params)
-                    ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
+                    # a fresh flat copy, which the writer thread serialises while the next
+                    # backward runs
+                    flat_grad, mb_stats = clipped_grad(loss_fn, model, params, batch, idx,
+                                                       hyper.max_grad_norm)
                     stats.add(mb_stats)
                 seq = la.step(flat_grad)[0] if la is not None else None
                 writer.submit(Gradient.from_flat(
@@ -583,11 +578,7 @@ def ppo_step(loss_fn: MinibatchLoss, model: ActorCritic, batch: Flat, idx: torch
              adam: FlatAdam, max_grad_norm: float) -> dict[str, torch.Tensor]:
     """One PPO minibatch: loss, backward, the global-norm clip, one Adam step; the minibatch's
     stats. The sync learner's and the lean PPO's step (so they stay bit-identical)."""
-    adam.zero_grad()
-    loss, mb_stats = loss_fn(model, batch, idx)
-    loss.backward()
-    flat_grad = adam.flat_grad()
-    ppo.clip_grad_norm_flat_(flat_grad, max_grad_norm)
+    flat_grad, mb_stats = clipped_grad(loss_fn, model, adam.params, batch, idx, max_grad_norm)
     adam.step(flat_grad)
     return mb_stats
 
