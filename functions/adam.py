@@ -80,6 +80,14 @@ class FlatAdam:
     def step(self, flat_grad: torch.Tensor) -> None:
         adam_step(self.optimizer, self.flat, flat_grad)
 
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def set_lr(self, lr: float) -> None:
+        """The rate of the next steps (an annealed schedule's); the moments are kept."""
+        self.optimizer.param_groups[0]["lr"] = float(lr)
+
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Adam's moments per parameter name ({} before the first step)."""
         state = self.optimizer.state.get(self.flat)

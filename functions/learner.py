@@ -451,9 +451,9 @@ def _lookahead_policy(rs: RunStore, ev: LearnerEvent,
                       device: torch.device) -> tuple[CachedPolicy, Lookahead]:
     """The policy a look-ahead learner starts from: the master's latest plus this learner's
     steps the master has not applied yet (a fresh look-ahead when the process is cold)."""
-    hyper = (ev.hyper.learning_rate, tuple(ev.master_adam_betas), ADAM_EPS)
+    lr, adam_hyper = ev.hyper.learning_rate, (tuple(ev.master_adam_betas), ADAM_EPS)
     la = _LOOKAHEADS.get(rs)
-    if la is not None and (la.hyper != hyper or la.flat.device.type != device.type):
+    if la is not None and (la.hyper != adam_hyper or la.flat.device.type != device.type):
         la = None
     snap, applied = rs.params.latest_with_applied(la.lineage if la else "-")
     if la is not None and not same_shape(la.meta, snap.meta):
@@ -461,9 +461,10 @@ def _lookahead_policy(rs: RunStore, ev: LearnerEvent,
     if la is None:
         model = build_policy(snap.meta).to(device)
         obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
-        la = Lookahead(model, snap.version, *hyper, meta=snap.meta)
+        la = Lookahead(model, snap.version, lr, *adam_hyper, meta=snap.meta)
     else:
         obs_rms, ret_rms = _rebase(la, snap, applied)
+        la.set_lr(lr)
     _LOOKAHEADS.put(rs, la)
     return CachedPolicy(snap.version, la.model, obs_rms, ret_rms, dict(snap.meta)), la
 
@@ -546,6 +547,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                     behaviour_versions=sorted(set(batch.behaviour_version[idx].tolist())),
                     lineage=la.lineage if la is not None else None,
                     seq=seq,
+                    lr=hyper.learning_rate,
                 ))
     except BaseException:
         writer.abort()

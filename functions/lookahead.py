@@ -55,12 +55,20 @@ class Lookahead:
         self.meta = dict(meta or {})  # the policy meta the module was built from
         self.flat, _ = flatten_parameters(model)
         self.optimizer = torch.optim.Adam([self.flat], lr=lr, betas=betas, eps=eps, fused=True)
-        self.hyper = (lr, tuple(betas), eps)
+        # what must match the master's Adam for the prediction to hold; the rate may move
+        # between invocations (an annealed run): :meth:`set_lr`, moments kept
+        self.hyper = (tuple(betas), eps)
+        self.lr = float(lr)
         self.lineage = uuid.uuid4().hex[:16]
         self.version = int(version)  # the master version the local weights predict
         self.seq = 0  # of the last gradient sent
         self.sent: deque[_Sent] = deque()
         self.rebases = 0
+
+    def set_lr(self, lr: float) -> None:
+        """The rate of this invocation's steps; its gradients carry it to the master."""
+        self.lr = float(lr)
+        self.optimizer.param_groups[0]["lr"] = self.lr
 
     def step(self, flat_grad: torch.Tensor) -> tuple[int, int]:
         """Apply a gradient about to be sent as the master will; returns (seq, version_used)."""

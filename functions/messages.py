@@ -43,6 +43,11 @@ class PPOHyper(BaseModel):
     norm_adv: bool = True
     clip_vloss: bool = True
     learning_rate: float = Field(3e-4, gt=0.0)
+    # CleanRL's ``anneal_lr``: decay the learning rate linearly towards 0 over the run's budget
+    # (functions/ppo.py::annealed_lr). The orchestrator resolves it per learner invocation and
+    # sends the result as ``learning_rate``; off by default, as RLlib's PPO, our baseline, does
+    # not anneal (the benchmarks' hyper-parameters are matched).
+    anneal_lr: bool = False
     # decoupled: PPO's clip centred on the learner's starting policy, the paper's truncated
     # weight R' for the off-policy part; exactly PPO on fresh data. With a pipeline's one-batch
     # lag and gae_values="learner" it learns faster per env step than ``truncate`` (which
@@ -368,6 +373,9 @@ class Gradient:
     # ``flat_layout(grads)``, kept when known (from the wire, or from the learner's module) so
     # the aggregator does not rebuild it for every gradient it applies.
     layout: Layout | None = field(default=None, repr=False, compare=False)
+    # The learning rate the learner's look-ahead stepped it with (an annealed run's rate moves
+    # between invocations): the master applies it with the same one, so the prediction holds.
+    lr: float | None = None
 
     @classmethod
     def from_flat(cls, flat: np.ndarray, layout: Layout, **fields: Any) -> Gradient:
@@ -402,6 +410,7 @@ class Gradient:
             "behaviour_versions": [int(v) for v in self.behaviour_versions],
             **({"lineage": self.lineage, "seq": int(self.seq)}
                if self.lineage is not None and self.seq is not None else {}),
+            **({"lr": float(self.lr)} if self.lr is not None else {}),
         }
 
     def to_blob(self) -> bytes:
@@ -494,9 +503,16 @@ def _gradient_fields(meta: Mapping[str, Any]) -> dict[str, Any]:
             behaviour_versions=[int(v) for v in meta.get("behaviour_versions", [])],
             lineage=None if meta.get("lineage") is None else str(meta["lineage"]),
             seq=None if meta.get("seq") is None else int(meta["seq"]),
+            lr=None if meta.get("lr") is None else _positive(float(meta["lr"]), "lr"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptBlob(f"gradient blob metadata is incomplete: {exc!r}") from exc
+
+
+def _positive(value: float, name: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return value
 
 
 def _parse_layout(layout: Any) -> Layout:

@@ -214,3 +214,17 @@ def explained_variance(y_pred: torch.Tensor, y_true: torch.Tensor) -> float:
     if var_y.item() == 0:
         return float("nan")
     return float(1 - torch.var(y_true - y_pred) / var_y)
+
+
+LR_FLOOR = 1e-3  # annealing stops at this fraction of the initial rate: Adam needs lr > 0
+
+
+def annealed_lr(initial_lr: float, budget_used: float) -> float:
+    """CleanRL's ``anneal_lr``: the rate decays linearly with the fraction of the run's budget
+    used (env steps, or wall clock, whichever is further along), to a floor just above 0.
+
+    Late in a long run a constant rate keeps taking full-size steps on a policy that is
+    already good, and Hopper's return peaks and then falls (benchmarks/RESULTS.md, 10-minute
+    runs); a decaying one lets it settle.
+    """
+    return initial_lr * max(1.0 - min(max(budget_used, 0.0), 1.0), LR_FLOOR)

@@ -49,11 +49,19 @@ class Aggregate:
     n_samples: int
     # (lineage, seq) of the look-ahead learners' gradients in it, in stream order
     lineages: list[tuple[str, int]] = field(default_factory=list)
+    # The rate to step with: the mean of the learners' rates for these gradients (an annealed
+    # run's; one gradient: exactly the rate its look-ahead used). None: the master's own.
+    lr: float | None = None
 
     @property
     def grads(self) -> dict[str, np.ndarray]:
         """The mean gradient by parameter name (views into ``flat``)."""
         return split_flat(self.flat, self.layout)
+
+
+def _mean_lr(rates: list[float | None]) -> float | None:
+    given = [r for r in rates if r is not None]
+    return sum(given) / len(given) if given else None
 
 
 @dataclass
@@ -158,6 +166,7 @@ class StalenessAggregator:
             n_samples=sum(b.gradient.n_samples for b in self.buffer),
             lineages=[(b.gradient.lineage, b.gradient.seq) for b in self.buffer
                       if b.gradient.lineage is not None and b.gradient.seq is not None],
+            lr=_mean_lr([b.gradient.lr for b in self.buffer]),
         )
         self.applied.update(out.dedupe_ids)
         self.buffer.clear()

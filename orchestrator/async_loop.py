@@ -172,7 +172,7 @@ class AsyncTrainer(Trainer):
             event = LearnerEvent(
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
-                versions_in_flight=in_flight, hyper=cfg.hyper, device=cfg.device, seed=self.next_seed(),
+                versions_in_flight=in_flight, hyper=self.learner_hyper(), device=cfg.device, seed=self.next_seed(),
                 lookahead=cfg.learner_lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
                 gradients_per_message=cfg.gradients_per_message, compile=cfg.learner_compile,
                 cuda_graph=cfg.learner_cuda_graphs,
@@ -308,7 +308,7 @@ class AsyncTrainer(Trainer):
             with self.lock:
                 v_now = self.master.version
                 out = agg.take(v_now, reason)
-                self.master.apply(out.flat, layout=out.layout)
+                self.master.apply(out.flat, layout=out.layout, lr=out.lr)
                 self.counters.grads_applied += len(out.dedupe_ids)
                 self.counters.grad_staleness.extend(out.staleness)
                 for lineage, seq in out.lineages:  # echoed to look-ahead learners on publish

@@ -48,8 +48,11 @@ class MasterPolicy:
 
     # -- learning -------------------------------------------------------------------------------
     def apply(self, grads: Mapping[str, np.ndarray] | np.ndarray,
-              layout: Layout | None = None) -> None:
+              layout: Layout | None = None, lr: float | None = None) -> None:
         """One Adam step with an aggregated gradient; the version moves on by one.
+
+        ``lr``: the rate to step with (an annealed run's, as the learners stepped their
+        look-ahead with it); None keeps the last one.
 
         ``grads``: named arrays, or one flat vector in ``named_parameters()`` order — the
         aggregator's form, passed as is (no split and re-join per step); with its ``layout``
@@ -74,6 +77,8 @@ class MasterPolicy:
                 if g.shape != tuple(p.shape):
                     raise ValueError(f"gradient {name!r} has shape {g.shape}, expected {tuple(p.shape)}")
                 grad[self._slices[name]] = torch.from_numpy(g.reshape(-1))
+        if lr is not None:
+            self.adam.set_lr(lr)
         self.adam.step(grad)
         self.version += 1
 

@@ -74,7 +74,7 @@ class SyncTrainer(Trainer):
             run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
             invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=ids, versions_in_flight=[v],
             # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
-            hyper=self.cfg.hyper.model_copy(update={"is_correction": "none"}), target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
+            hyper=self.learner_hyper(is_correction="none"), target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
             device=self.cfg.device, seed=self.next_seed(), compile=self.cfg.learner_compile,
             cuda_graph=self.cfg.learner_cuda_graphs,
         ).to_event()

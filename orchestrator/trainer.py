@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from functions.messages import ActorEvent, EvaluatorEvent
+from functions.messages import ActorEvent, EvaluatorEvent, PPOHyper
+from functions.ppo import annealed_lr
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import TrainConfig
 from orchestrator.cost import CostMeter
@@ -76,6 +77,7 @@ class Trainer:
         self._store_down = False
         self._next_guard = 0.0
         self._guard_backoff = 1.0
+        self.learning_rate = cfg.hyper.learning_rate  # the rate of the newest learner event
 
     # -- clock and budget -------------------------------------------------------------------
     def wall(self) -> float:
@@ -92,7 +94,30 @@ class Trainer:
             return True
         return c.budget_usd is not None and self.cost.total(self.total_wall()) >= c.budget_usd
 
+    def budget_used(self) -> float:
+        """The fraction of the run's budget spent: the furthest along of its env steps, wall
+        clock (this session's, as :meth:`done`) and dollars."""
+        c = self.cfg
+        used = 0.0
+        if c.total_steps is not None:
+            used = max(used, self.counters.env_steps / c.total_steps)
+        if c.minutes is not None:
+            used = max(used, self.wall() / (c.minutes * 60))
+        if c.budget_usd is not None:
+            used = max(used, self.cost.total(self.total_wall()) / c.budget_usd)
+        return min(used, 1.0)
+
     # -- events -----------------------------------------------------------------------------
+    def learner_hyper(self, **update: Any) -> PPOHyper:
+        """The PPO hyper-parameters of the next learner invocation: the config's, with the
+        learning rate annealed to the budget used so far when ``hyper.anneal_lr`` (one rate per
+        invocation, as CleanRL's one per update)."""
+        hyper = self.cfg.hyper
+        if hyper.anneal_lr:
+            self.learning_rate = annealed_lr(hyper.learning_rate, self.budget_used())
+            update["learning_rate"] = self.learning_rate
+        return hyper.model_copy(update=update) if update else hyper
+
     def next_seed(self) -> int:
         self._seq += 1
         return self.cfg.seed * 100_003 + self._seq
@@ -195,6 +220,7 @@ class Trainer:
                 "version_diff_grad_max": max(gs) if gs else None,
                 "failures_actor": c.failures["actor"], "failures_learner": c.failures["learner"],
                 "failures_evaluator": c.failures["evaluator"], "grads_applied": c.grads_applied,
+                "charts/learning_rate": self.learning_rate,
                 **self.recent_stats, **extra,
             }
             self.metrics.histogram("staleness/version_diff_traj", [float(x) for x in ts], c.env_steps)

@@ -84,7 +84,7 @@ def _apply_all(rs: RunStore, master: MasterPolicy, seen: list[Gradient] | None =
         if seen is not None:
             seen.append(g)
         staleness.append(master.version - g.version_used)
-        master.apply(g.flat_vector())
+        master.apply(g.flat_vector(), lr=g.lr)
         applied[g.lineage] = (g.seq, master.version)
         rs.grads.ack("agg", [entry.id])
     master.publish(rs, applied=applied)
@@ -105,6 +105,28 @@ def test_one_lookahead_learner_predicts_the_master_exactly(run_store, redis_url)
         la = learner._LOOKAHEADS.get(run_store)
         assert la is not None and la.version == master.version == 8 * (k + 1)
         assert torch.equal(la.flat.detach(), master.flat.detach())  # same numbers, same kernel
+
+
+def test_an_annealed_learning_rate_keeps_the_prediction_exact(run_store, redis_url):
+    # anneal_lr: each invocation gets its own rate; the warm look-ahead keeps its Adam moments,
+    # steps with the new rate, and tags every gradient with it for the master
+    master = MasterPolicy("CartPole-v1", SMALL, seed=0, learning_rate=LR)
+    master.publish(run_store)
+    first = None
+    for k, rate in enumerate((LR, LR / 2, LR / 10)):
+        ids = sample(run_store, redis_url, n=1)
+        out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, invocation_id=f"A{k}",
+                                 hyper={"update_epochs": 2, "num_minibatches": 4,
+                                        "learning_rate": rate}, lookahead=True))
+        assert out["gradients"] == 8 and out["lookahead_rebases"] == 0
+        seen: list[Gradient] = []
+        assert _apply_all(run_store, master, seen) == [0] * 8
+        assert {g.lr for g in seen} == {rate}
+        la = learner._LOOKAHEADS.get(run_store)
+        first = first or la
+        assert la is first  # the same warm look-ahead, not a cold one per rate
+        assert master.adam.lr == la.lr == rate
+        assert torch.equal(la.flat.detach(), master.flat.detach())
 
 
 def test_lookahead_learner_rebases_onto_foreign_steps(run_store, redis_url):

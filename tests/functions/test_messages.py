@@ -184,3 +184,15 @@ def test_corrupt_or_wrong_blobs() -> None:
         Trajectory.from_blob(encode({"obs": np.zeros((1, 1, 1))}, {"kind": "trajectory"}))
     with pytest.raises(CorruptBlob, match="incomplete"):
         Gradient.from_blob(encode({"x": np.zeros(1)}, {"kind": "gradient"}))
+
+
+def test_a_gradient_carries_the_learning_rate_it_was_stepped_with() -> None:
+    grads = [_grad(mb, lineage="L", seq=mb + 1, lr=1.5e-4) for mb in range(2)]
+    assert [g.lr for g in Gradient.unpack(Gradient.pack(grads)[1])] == [1.5e-4, 1.5e-4]
+    assert Gradient.from_blob(grads[0].to_blob()).lr == 1.5e-4
+    assert "lr" not in _grad(0).meta() and Gradient.from_blob(_grad(0).to_blob()).lr is None
+    for bad in (-1e-4, 0.0, float("nan")):
+        with pytest.raises(CorruptBlob, match="lr"):
+            Gradient.unpack(encode({"flat": np.zeros((1, 10), np.float32)},
+                                   {"kind": "gradients", "items": [{**_grad(0).meta(), "lr": bad}],
+                                    "layout": [["w", [10]]]}))

@@ -320,3 +320,11 @@ def test_flat_gradient_clipping_matches_torch_clip_grad_norm(scale: float) -> No
     norm = ppo.clip_grad_norm_flat_(flat, 0.5)
     torch.testing.assert_close(norm, ref_norm)
     torch.testing.assert_close(flat, torch.cat([p.grad.reshape(-1) for p in params]))
+
+
+def test_annealed_learning_rate_decays_linearly_with_the_budget_to_a_floor() -> None:
+    assert ppo.annealed_lr(3e-4, 0.0) == 3e-4
+    assert ppo.annealed_lr(3e-4, 0.25) == pytest.approx(2.25e-4)
+    assert ppo.annealed_lr(3e-4, -0.1) == 3e-4  # a clock read before the start
+    for used in (1.0, 1.7):  # the last batch (and a budget overrun) still steps: lr > 0
+        assert ppo.annealed_lr(3e-4, used) == pytest.approx(3e-4 * ppo.LR_FLOOR)

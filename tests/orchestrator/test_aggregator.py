@@ -111,3 +111,14 @@ def test_hard_drop_is_counted() -> None:
     assert agg.offer(grad(1.0, 8, mb=1), "b", 10, 0.0) == "buffered"
     assert agg.dropped == 1
     assert agg.offer(grad(1.0, 0, mb=0), "a", 10, 0.0) == "duplicate"
+
+
+def test_an_aggregate_steps_with_its_gradients_learning_rate() -> None:
+    agg = StalenessAggregator(AggregationRule(h_max=2, warmup_aggregations=0))
+    agg.offer(grad(1.0, 9, mb=0), "a", 9, 0.0)
+    assert agg.take(9, "full").lr is None  # no rate given: the master keeps its own
+    for mb, lr in enumerate((2e-4, 1e-4)):
+        g = grad(1.0, 9, mb=mb + 1)
+        g.lr = lr
+        agg.offer(g, f"e{mb}", 9, 0.0)
+    assert agg.take(9, "full").lr == pytest.approx(1.5e-4)  # H > 1: their mean

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -35,6 +36,27 @@ def test_two_lookahead_learners_rebase_onto_each_others_steps(tmp_path: Path,
     assert summary["grads_applied"] >= 32
     # each learner's predictions miss the other's steps, notices, and moves onto them
     assert summary["lookahead_rebases"] > 0
+
+
+def test_an_annealed_async_run_decays_the_rate_its_learners_and_master_use(
+        tmp_path: Path, redis_url: str) -> None:
+    run_dir = tmp_path / "anneal"
+    cfg = load_config(None, {**TINY, "backend": "inline", "run_dir": str(run_dir),
+                             "redis_url": redis_url, "log_interval_s": 0.01,
+                             "hyper": {**TINY["hyper"], "anneal_lr": True}})
+    summary = train(cfg)
+    assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
+    with open(run_dir / "metrics.csv") as fh:
+        rates = [float(r["charts/learning_rate"]) for r in csv.DictReader(fh)]
+    # one rate per learner invocation (4 batches of 512 of 2,048 steps), each lower
+    assert rates[0] <= 3e-4 and rates[-1] < 0.6 * 3e-4, rates
+    assert rates == sorted(rates, reverse=True) and len(set(rates)) >= 3, rates
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["hyper"]["anneal_lr"] is True
+    # the master stepped each gradient with its learner's rate: one learner's look-ahead
+    # predicted its weights, so (after a cold start) gradients are applied where taken
+    hist = summary["staleness_hist"]["grad"]
+    assert hist.get("0", 0) >= 0.5 * sum(hist.values()), hist
 
 
 @pytest.mark.parametrize("backend", ["inline", "local", "ray"])

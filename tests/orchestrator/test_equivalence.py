@@ -23,6 +23,7 @@ from functions.envs import WarmEnv
 from functions.messages import ActorEvent, LearnerEvent, PolicySpec
 from functions.normalizer import RunningMeanStd
 from functions.policy import build_policy, init_policy, load_policy_tensors
+from functions.ppo import annealed_lr
 from orchestrator.config import load_config
 from orchestrator.invokers import inline
 from orchestrator.run import train
@@ -31,8 +32,10 @@ from store import RunStore, Store
 SPEC = {"hidden_sizes": [16, 16]}
 
 
+@pytest.mark.parametrize("anneal_lr", [False, True])
 def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      anneal_lr: bool) -> None:
     events: list[tuple[str, dict[str, Any]]] = []
     submit = inline.InlineInvoker.submit
 
@@ -42,12 +45,13 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
 
     monkeypatch.setattr(inline.InlineInvoker, "submit", recording_submit)
     rounds = 3
+    run_id = f"eq-anneal{int(anneal_lr)}"  # one Redis serves every test: its own keys
     cfg = load_config(None, {
         "env": "Pendulum-v1", "mode": "sync", "backend": "inline", "actors": 1, "n_envs": 4,
         "rollout_steps": 64, "learner_batch_steps": 256, "total_steps": 256 * rounds, "seed": 3,
-        "redis_url": redis_url, "run_dir": str(tmp_path / "eq"), "eval_interval_s": 0,
+        "redis_url": redis_url, "run_dir": str(tmp_path / run_id), "eval_interval_s": 0,
         "progress": "none", "learner_compile": False, "policy": SPEC,
-        "hyper": {"update_epochs": 2, "num_minibatches": 4}})
+        "hyper": {"update_epochs": 2, "num_minibatches": 4, "anneal_lr": anneal_lr}})
     train(cfg)
     actors = [e for f, e in events if f == "actor"]
     learners = [e for f, e in events if f == "learner"]
@@ -60,12 +64,15 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
     wenv = WarmEnv("Pendulum-v1", 4, ActorEvent(**actors[0]).seed)
     pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
                           ret_rms=RunningMeanStd(()))
-    rs = RunStore(Store(redis_url), "eq")
+    rs = RunStore(Store(redis_url), run_id)
     for k in range(rounds):
         traj = rollout(wenv, pol, ActorEvent(**actors[k]))
         for rms, st in ((pol.obs_rms, traj.obs_stats), (pol.ret_rms, traj.ret_stats)):
             rms.merge(st["count"], st["mean"], st["var"])
         ev = LearnerEvent(**learners[k])
+        if anneal_lr:  # the lean PPO's schedule: the budget used once the batch is sampled
+            adam.set_lr(annealed_lr(cfg.hyper.learning_rate, (k + 1) / rounds))
+        assert ev.hyper.learning_rate == adam.lr
         batch = L.build_batch(model, L._group([traj], torch.device("cpu")), ev.hyper, [])
         gen = torch.Generator().manual_seed(
             (ev.seed * 1_000_003 + zlib.crc32(ev.invocation_id.encode())) % (2**63))
