@@ -101,6 +101,8 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
                "--eval-interval-s", "0"]
         if args.no_compile:
             cmd += ["--set", "learner_compile=false"]
+        if args.anneal_lr:
+            cmd += ["--set", "hyper.anneal_lr=true"]
         if system == "sync":
             # the lean PPO's batch exactly (8 envs x 256 steps), its sampling on both cores;
             # 2 actors x 8 envs x 128 steps bootstrapped GAE twice as often and learned less
@@ -131,6 +133,8 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         cmd += ["--is-correction", args.is_correction]
     if system == "lean" and args.no_compile:
         cmd.append("--no-compile")
+    if system == "lean" and args.anneal_lr:
+        cmd += ["--hyper", "anneal_lr=true"]
     return cmd
 
 
@@ -609,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other Stellaris config field (an ablation), e.g. "
                    "--set actor_refresh_steps=32 or --set publish_interval_ms=0")
+    p.add_argument("--anneal-lr", action="store_true",
+                   help="learning rate decayed linearly over the budget (CleanRL's anneal_lr) in "
+                   "Stellaris, sync PPO and the lean PPO; not RLlib, whose schedules count env "
+                   "steps, unknown for a wall-clock budget. Runs go to <out>-anneal")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "compare"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")
@@ -621,6 +629,11 @@ def main(argv: list[str] | None = None) -> int:
     seeds = a.seeds or ([1, 2] if a.quick else [1, 2, 3])
     minutes = a.minutes or (2.0 if a.quick else 10.0)
     out = Path(a.out)
+    if a.anneal_lr:
+        if "rllib" in a.systems and not a.report_only:
+            p.error("--anneal-lr: RLlib's learning-rate schedules count env steps, which a "
+                    "wall-clock budget does not fix; leave rllib out (--systems)")
+        out = out.with_name(out.name + "-anneal")
     tag = variant_tag(a)
     per_system = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.system_minutes)}
     unknown = set(per_system) - set(SYSTEMS)

@@ -42,6 +42,7 @@ from functions.envs import WarmEnv  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
 from functions.policy import flatten_parameters, init_policy  # noqa: E402
+from functions.ppo import annealed_lr  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
           adam_beta1: float = 0.9, compile: bool = True,
-          extrapolate: float = 0.0) -> dict[str, Any]:
+          extrapolate: float = 0.0, publish_epoch: int | None = None) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
@@ -63,9 +64,15 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     default (``learner_compile``), so the reference is not slower for want of it.
     ``extrapolate`` (with ``lag``): sample each rollout with ``θ_k + a (θ_k - θ_{k-1})``, a
     guess at the weights it will be learned at ``lag`` updates later, instead of ``θ_k``.
+    ``publish_epoch`` (with ``lag=0``): each rollout is sampled with the weights the previous
+    update had after this many of its epochs — a pipeline whose actors start sampling batch
+    k+1 once the learner is that far into batch k, so the data is a *fraction* of an update
+    old (``update_epochs``: no lag; 0: one whole update, like ``lag=1`` without the queue).
     """
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
+    if publish_epoch is not None and (lag or extrapolate):
+        raise ValueError("publish_epoch is a lag of its own: use it with lag=0, no extrapolate")
     hyper = hyper or PPOHyper()
     spec = spec or PolicySpec()
     torch.set_num_threads(1)
@@ -86,6 +93,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
               "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1, "extrapolate": extrapolate,
+              "publish_epoch": publish_epoch,
               "compile": compile, "backend": "single-process"}
     log = RunLog(out_dir, config, log_interval_s)
     budget_s = minutes * 60 if minutes is not None else float("inf")
@@ -100,7 +108,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     loss_fn = MinibatchLoss(hyper, compile)
     # extrapolate: actors sample with a guess at the next weights (a copy; normalisers shared)
     sampler = pol
-    if extrapolate:
+    if extrapolate or publish_epoch is not None:
         sampler = SimpleNamespace(model=copy.deepcopy(model), version=0, obs_rms=pol.obs_rms,
                                   ret_rms=pol.ret_rms)
         sample_flat, _ = flatten_parameters(sampler.model)
@@ -129,12 +137,20 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
             continue
         traj = queue.popleft()
 
+        if hyper.anneal_lr:  # as the orchestrator's learner_hyper(): the budget used so far
+            used = max(log.env_steps / total_steps if total_steps else 0.0,
+                       log.wall() / budget_s)
+            adam.set_lr(annealed_lr(hyper.learning_rate, used))
         groups = L._group([traj], device)
         batch = L.build_batch(model, groups, hyper, [])
         if extrapolate:
             before_update = adam.flat.detach().clone()
         sums = L._Stats()
         for epoch in range(hyper.update_epochs):
+            if epoch == publish_epoch:  # the actors' next rollout starts from here
+                with torch.no_grad():
+                    sample_flat.copy_(adam.flat)
+                sampler.version = pol.version
             if epoch and hyper.is_correction == "vtrace":
                 batch = L.build_batch(model, groups, hyper, [])
             for idx in L._minibatches(len(batch), hyper, gen):
@@ -153,8 +169,13 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                 sums.add(mb)
         pol.version += 1
         log.version = pol.version
+        if publish_epoch is not None and publish_epoch >= hyper.update_epochs:
+            with torch.no_grad():  # published after the whole update: no lag
+                sample_flat.copy_(adam.flat)
+            sampler.version = pol.version
         stats = sums.result()
         stats["losses/explained_variance"] = L._explained_variance(batch)
+        stats["charts/learning_rate"] = adam.lr
         t2 = time.perf_counter()
         t_sample += t1 - t0
         t_learn += t2 - t1
@@ -192,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adam-beta1", type=float, default=0.9, help="Adam's momentum coefficient")
     p.add_argument("--extrapolate", type=float, default=0.0,
                    help="with --lag: sample with theta_k + a (theta_k - theta_k-1)")
+    p.add_argument("--publish-epoch", type=int,
+                   help="sample each rollout with the weights the previous update had after "
+                        "this many epochs (a fraction of an update of lag)")
     p.add_argument("--no-compile", action="store_true",
                    help="eager minibatch loss (default: torch.compile, as Stellaris' learners)")
     p.add_argument("--out", required=True, help="run folder")
@@ -201,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
               _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
-              compile=not a.no_compile, extrapolate=a.extrapolate)
+              compile=not a.no_compile, extrapolate=a.extrapolate,
+              publish_epoch=a.publish_epoch)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

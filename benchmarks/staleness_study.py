@@ -72,6 +72,12 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
                                             "gae_values=learner", "--extrapolate", "1.0"]),
     "lag1-decoupled-learnerV-extrap0.5": (1, ["--is-correction", "decoupled", "--hyper",
                                               "gae_values=learner", "--extrapolate", "0.5"]),
+    # the actors start sampling batch k+1 once the learner is E of its 10 epochs into batch k:
+    # the data is (10 - E) / 10 of an update old instead of a whole one (session 9)
+    "pub2-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper",
+                                    "gae_values=learner", "--publish-epoch", "2"]),
+    "pub5-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper",
+                                    "gae_values=learner", "--publish-epoch", "5"]),
 }
 CHECKPOINTS = (200_000, 400_000, 600_000)
 TARGETS = (1000, 1500, 2000)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +32,37 @@ def test_lag_learns_each_rollout_one_update_later(tmp_path: Path) -> None:
     assert plain["env_steps"] == lagged["env_steps"] == 256
     assert plain["version"] == 4 and lagged["version"] == 3
     assert json.loads((tmp_path / "lag1" / "config.json").read_text())["lag"] == 1
+
+
+def _column(run_dir: Path, name: str) -> list[float]:
+    with open(run_dir / "metrics.csv") as fh:
+        return [float(r[name]) for r in csv.DictReader(fh) if r.get(name)]
+
+
+def test_publish_epoch_samples_with_the_weights_partway_through_the_last_update(
+        tmp_path: Path) -> None:
+    """--publish-epoch E: the actors' weights are the learner's after E of its epochs; with
+    E = update_epochs that is plain PPO exactly, with E = 0 the weights before the update."""
+    hyper = PPOHyper(update_epochs=2, num_minibatches=2)
+    kl = {}
+    for name, kw in (("lag0", {}), ("pub2", {"publish_epoch": 2}), ("pub1", {"publish_epoch": 1}),
+                     ("pub0", {"publish_epoch": 0})):
+        lean_ppo.train("Pendulum-v1", 3, tmp_path / name, total_steps=4 * 64, n_envs=2,
+                       rollout_steps=32, hyper=hyper, log_interval_s=0.0, **kw)
+        kl[name] = _column(tmp_path / name, "losses/approx_kl")
+    assert len(kl["lag0"]) == 4 and kl["pub2"] == kl["lag0"]  # no lag: the same run exactly
+    assert kl["pub1"] != kl["pub2"] and kl["pub0"] != kl["pub1"]
+    with pytest.raises(ValueError, match="lag=0"):
+        _train(tmp_path, "both", lag=1, publish_epoch=1)
+
+
+def test_anneal_lr_decays_the_lean_ppos_rate_over_its_budget(tmp_path: Path) -> None:
+    lean_ppo.train("Pendulum-v1", 3, tmp_path / "anneal", total_steps=4 * 64, n_envs=2,
+                   rollout_steps=32, hyper=TINY.model_copy(update={"anneal_lr": True}),
+                   log_interval_s=0.0)
+    lr0 = TINY.learning_rate
+    assert _column(tmp_path / "anneal", "charts/learning_rate") == pytest.approx(
+        [lr0 * 0.75, lr0 * 0.5, lr0 * 0.25, lr0 * 1e-3])
 
 
 def test_grad_delay_takes_gradients_at_older_weights(tmp_path: Path, monkeypatch) -> None:
