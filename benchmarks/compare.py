@@ -135,6 +135,9 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         cmd.append("--no-compile")
     if system == "lean" and args.anneal_lr:
         cmd += ["--hyper", "anneal_lr=true"]
+    if system == "rllib" and args.anneal_lr:
+        # RLlib's schedules count env steps: the steps it gets through in this budget here
+        cmd += ["--anneal-lr-steps", str(int(minutes * 60 * args.rllib_sps))]
     return cmd
 
 
@@ -614,9 +617,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="any other Stellaris config field (an ablation), e.g. "
                    "--set actor_refresh_steps=32 or --set publish_interval_ms=0")
     p.add_argument("--anneal-lr", action="store_true",
-                   help="learning rate decayed linearly over the budget (CleanRL's anneal_lr) in "
-                   "Stellaris, sync PPO and the lean PPO; not RLlib, whose schedules count env "
-                   "steps, unknown for a wall-clock budget. Runs go to <out>-anneal")
+                   help="learning rate decayed linearly over the budget (CleanRL's anneal_lr); "
+                   "RLlib's schedules count env steps, so it anneals over --rllib-sps x the "
+                   "budget. Runs go to <out>-anneal")
+    p.add_argument("--rllib-sps", type=float, default=1705.0,
+                   help="with --anneal-lr: RLlib's env steps/s, which turns the budget into "
+                   "its schedule's steps (default: measured here, 3 ten-minute seeds)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "compare"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")
@@ -630,9 +636,6 @@ def main(argv: list[str] | None = None) -> int:
     minutes = a.minutes or (2.0 if a.quick else 10.0)
     out = Path(a.out)
     if a.anneal_lr:
-        if "rllib" in a.systems and not a.report_only:
-            p.error("--anneal-lr: RLlib's learning-rate schedules count env steps, which a "
-                    "wall-clock budget does not fix; leave rllib out (--systems)")
         out = out.with_name(out.name + "-anneal")
     tag = variant_tag(a)
     per_system = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.system_minutes)}

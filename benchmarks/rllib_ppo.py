@@ -33,10 +33,16 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from benchmarks._common import RunLog  # noqa: E402
 from functions.messages import PPOHyper  # noqa: E402
+from functions.ppo import LR_FLOOR  # noqa: E402
 
 
 def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
-                 rollout_steps: int = 256, num_env_runners: int = 2) -> Any:
+                 rollout_steps: int = 256, num_env_runners: int = 2,
+                 anneal_lr_steps: int | None = None) -> Any:
+    """RLlib's PPO with our hyper-parameters. ``anneal_lr_steps``: the learning rate decays
+    linearly to ``LR_FLOOR`` of itself over that many env steps (RLlib's schedules count env
+    steps; ours count the budget, so a wall-clock budget is turned into RLlib's steps by the
+    caller)."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.connectors.env_to_module import MeanStdFilter
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -59,7 +65,8 @@ def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
             train_batch_size_per_learner=batch,
             minibatch_size=batch // hyper.num_minibatches,
             num_epochs=hyper.update_epochs,
-            lr=hyper.learning_rate,
+            lr=(hyper.learning_rate if not anneal_lr_steps else
+                [[0, hyper.learning_rate], [anneal_lr_steps, hyper.learning_rate * LR_FLOOR]]),
             gamma=hyper.gamma,
             lambda_=hyper.gae_lambda,
             clip_param=hyper.clip_coef,
@@ -95,7 +102,8 @@ def _get(result: dict[str, Any], *paths: str) -> Any:
 
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
-          num_env_runners: int = 2, hyper: PPOHyper | None = None) -> dict[str, Any]:
+          num_env_runners: int = 2, hyper: PPOHyper | None = None,
+          anneal_lr_steps: int | None = None) -> dict[str, Any]:
     import math
 
     import ray
@@ -107,13 +115,15 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     ray.init(include_dashboard=False, num_cpus=max(2, num_env_runners + 1),
              log_to_driver=False, configure_logging=True, logging_level="ERROR")
     try:
-        cfg = build_config(env_id, seed, hyper, n_envs, rollout_steps, num_env_runners)
+        cfg = build_config(env_id, seed, hyper, n_envs, rollout_steps, num_env_runners,
+                           anneal_lr_steps)
         algo = cfg.build_algo()
         setup_s = time.perf_counter() - t_setup
         config = {"system": "rllib", "env": env_id, "seed": seed, "minutes": minutes,
                   "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
                   "num_env_runners": num_env_runners, "hyper": hyper.model_dump(),
-                  "mode": "rllib", "backend": "ray", "ray_version": ray.__version__}
+                  "mode": "rllib", "backend": "ray", "ray_version": ray.__version__,
+                  "anneal_lr_steps": anneal_lr_steps}
         log = RunLog(out_dir, config, log_interval_s=0.0)
         budget_s = minutes * 60 if minutes is not None else float("inf")
         last: float | None = None
@@ -141,6 +151,9 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                     stats[ours] = float(v)
             if ln is not None:
                 stats["episodic_length"] = float(ln)
+            lr = _get(res, "learners/default_policy/default_optimizer_learning_rate")
+            if isinstance(lr, int | float):
+                stats["charts/learning_rate"] = float(lr)
             log.row(stats, force=True, episodic_return=last)
         algo.stop()
         # The window mean RLlib reports is the return the summary carries.
@@ -161,12 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-envs", type=int, default=8)
     p.add_argument("--rollout-steps", type=int, default=256)
     p.add_argument("--num-env-runners", type=int, default=2)
+    p.add_argument("--anneal-lr-steps", type=int,
+                   help="decay the learning rate linearly over this many env steps")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              a.num_env_runners)
+              a.num_env_runners, anneal_lr_steps=a.anneal_lr_steps)
     print(f"RLlib PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "
           f"(setup {s['setup_s']:.1f} s)")

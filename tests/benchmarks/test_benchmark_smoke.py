@@ -4,6 +4,7 @@ section is rewritten."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
@@ -139,3 +140,23 @@ def test_report_bounds_the_speedup_from_above_when_stellaris_missed_the_target(t
     assert "sync PPO speedup vs lean PPO: 2.0x;" in text  # 100 s / 50 s on 2000
     assert "sync PPO speedup vs sync PPO" not in text
     assert "speedup vs sync PPO: 0.7x — on return 1000" in text  # Stellaris vs sync: 20 / 30
+
+
+def test_anneal_lr_reaches_every_system_each_with_its_own_schedule(tmp_path: Path) -> None:
+    from benchmarks import rllib_ppo
+    from functions.messages import PPOHyper
+
+    args = argparse.Namespace(no_compile=False, anneal_lr=True, rllib_sps=1705.0, backend="local",
+                              actors=None, learners=None, is_correction=None,
+                              no_staleness_weights=False, no_bound_decay=False,
+                              buffer_max=None, set=[])
+    cmds = {s: compare.command(s, "Hopper-v5", 1, 10.0, tmp_path / s, args)
+            for s in ("stellaris", "sync", "lean", "rllib")}
+    for s in ("stellaris", "sync"):
+        assert "hyper.anneal_lr=true" in cmds[s], cmds[s]
+    assert "anneal_lr=true" in cmds["lean"]
+    i = cmds["rllib"].index("--anneal-lr-steps")  # RLlib's schedule counts env steps
+    assert cmds["rllib"][i + 1] == str(10 * 60 * 1705)
+    cfg = rllib_ppo.build_config("Hopper-v5", 1, PPOHyper(), anneal_lr_steps=1000)
+    assert cfg.lr == [[0, 3e-4], [1000, pytest.approx(3e-7)]]
+    assert rllib_ppo.build_config("Hopper-v5", 1, PPOHyper()).lr == 3e-4
