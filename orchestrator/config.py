@@ -153,6 +153,15 @@ class TrainConfig(BaseModel):
     function_prefix: str = Field("stellaris", description="Deployed function names' prefix.")
     ray_address: str | None = Field(None, description="Ray cluster address (default: local Ray).")
     runtime_zygote: bool = Field(True, description="Local runtime forks workers from a zygote.")
+    runtime_invoke_latency_ms: float = Field(
+        0.0, ge=0, le=60_000, description="Local runtime: emulated network + frontend latency of "
+        "each invoke, median ms (AWS warm: tens of ms; 0 = loopback). Not billed, burns no CPU: "
+        "shows what a real platform's round trips cost each mode (benchmarks/latency_study.py)."
+    )
+    runtime_invoke_latency_sigma: float = Field(
+        0.0, ge=0, le=5, description="Log-normal spread of that latency: 0 fixed, 1 a p99 ~10x "
+        "the median (stragglers)."
+    )
 
     # -- scaling and budget -------------------------------------------------------------
     autoscale: bool = Field(False, description="Grow/shrink actors in flight to keep learners fed.")
@@ -178,6 +187,16 @@ class TrainConfig(BaseModel):
     def _budget_given(self) -> TrainConfig:
         if self.total_steps is None and self.minutes is None:
             raise ValueError("give a budget: total_steps or minutes")
+        return self
+
+    @model_validator(mode="after")
+    def _latency_needs_the_local_runtime(self) -> TrainConfig:
+        # Only the local runtime can add it; elsewhere the latency is the platform's own.
+        if self.runtime_invoke_latency_ms > 0 and self.backend != "local":
+            raise ValueError(
+                f"runtime_invoke_latency_ms emulates a platform's latency in the local runtime: "
+                f"it needs --backend local, not {self.backend!r}"
+            )
         return self
 
     @property

@@ -65,6 +65,8 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
             cfg.function_prefix, cfg.actor_memory_mb, cfg.learner_memory_mb, cfg.function_timeout_s,
             in_flight, environment={"REDIS_URL": function_redis_url}, zygote=cfg.runtime_zygote,
             log_file=str(run_dir / "runtime.log"), fault_prob=cfg.fault_kill_prob,
+            invoke_latency_ms=cfg.runtime_invoke_latency_ms,
+            invoke_latency_sigma=cfg.runtime_invoke_latency_sigma,
         )
     if cfg.backend == "lambda":
         from deploy.functions import HANDLERS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -295,6 +296,10 @@ def create_app(settings: Settings) -> FastAPI:
                 client_context = parse_json(base64.b64decode(h["x-amz-client-context"], validate=True))
             except (ValueError, binascii.Error) as exc:
                 raise InvalidRequestContentException("Client context must be a valid Base64-encoded JSON object.") from exc
+        # Emulated platform latency: half on the way in, half on the way out, never billed.
+        latency_s = rt.latency.sample_s()
+        if latency_s:
+            await asyncio.sleep(latency_s / 2)
         try:
             rt.concurrency.try_acquire(entry)
         except Throttled as exc:
@@ -304,6 +309,8 @@ def create_app(settings: Settings) -> FastAPI:
             outcome = await run_once(rt, entry, payload, request_id, client_context)
         finally:
             rt.concurrency.release(entry.config.name)
+        if latency_s:
+            await asyncio.sleep(latency_s / 2)
         headers = {"x-amzn-RequestId": request_id, "X-Amz-Executed-Version": "$LATEST"}
         if outcome.function_error:
             headers["X-Amz-Function-Error"] = "Unhandled"
@@ -318,7 +325,8 @@ def create_app(settings: Settings) -> FastAPI:
         z = rt.zygote
         return ok({"status": "ok", "launcher": rt.pool.launcher.name,
                    "zygote": z.info if z is not None else None,
-                   "environments": rt.pool.counts(), "functions": len(rt.registry.entries)})
+                   "environments": rt.pool.counts(), "functions": len(rt.registry.entries),
+                   "invoke_latency": rt.latency.describe()})
 
     @app.get("/stellaris/v1/billing")
     async def billing() -> Response:

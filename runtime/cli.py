@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from runtime.core import Settings
+from runtime.latency import InvalidLatency, InvokeLatency
 from runtime.sigv4 import load_credentials
 
 CREDENTIALS_ENV = "STELLARIS_RUNTIME_CREDENTIALS"
@@ -34,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--account-id", default="000000000000")
     s.add_argument("--event-retry-delays", default="60,120",
                    help="seconds before the retries of a failed Event invocation")
+    s.add_argument("--invoke-latency-ms", type=float, default=0.0,
+                   help="emulated network + frontend latency of each RequestResponse invoke, "
+                        "median in ms (AWS: tens of ms warm; default 0: loopback speed)")
+    s.add_argument("--invoke-latency-sigma", type=float, default=0.0,
+                   help="log-normal spread of that latency (0: fixed; 1: a p99 ~10x the median)")
     s.add_argument("--log-level", default="info")
     s.add_argument("--access-log", action="store_true")
     return p
@@ -53,13 +59,22 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         zygote=args.zygote, preload=tuple(m for m in args.preload.split(",") if m),
         event_retry_delays=tuple(float(x) for x in args.event_retry_delays.split(",") if x),
         credentials=credentials, auth=args.auth,
+        invoke_latency_ms=args.invoke_latency_ms, invoke_latency_sigma=args.invoke_latency_sigma,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args)
+        InvokeLatency(settings.invoke_latency_ms, settings.invoke_latency_sigma)
+    except InvalidLatency as exc:
+        raise SystemExit(f"error: {exc}") from None
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if settings.invoke_latency_ms > 0:
+        logging.getLogger("runtime").info(
+            "emulating platform latency: each invoke waits a log-normal median %g ms, sigma %g "
+            "(unbilled)", settings.invoke_latency_ms, settings.invoke_latency_sigma)
     import uvicorn
 
     from runtime.api import create_app

@@ -14,6 +14,7 @@ from runtime.billing import Billing
 from runtime.concurrency import Concurrency
 from runtime.events import EventQueue
 from runtime.functions import FunctionConfig, Registry
+from runtime.latency import InvokeLatency
 from runtime.pool import EnvironmentPool
 from runtime.spawner import SpawnLauncher, ZygoteLauncher
 
@@ -34,6 +35,9 @@ class Settings:
     event_retry_delays: tuple[float, ...] = (60.0, 120.0)
     credentials: dict[str, str] = field(default_factory=dict)  # access key -> secret (sigv4)
     auth: str = "none"
+    # Emulated network + frontend latency of each RequestResponse invoke (runtime/latency.py).
+    invoke_latency_ms: float = 0.0
+    invoke_latency_sigma: float = 0.0
 
     @property
     def min_unreserved(self) -> int:
@@ -60,6 +64,7 @@ class Runtime:
         self.pool = EnvironmentPool(self.state_dir, f"{self._sock_dir}/w.sock", settings.region,
                                     self.zygote or self.spawn, self.spawn)
         self.events = EventQueue(self, settings.event_retry_delays)
+        self.latency = InvokeLatency(settings.invoke_latency_ms, settings.invoke_latency_sigma)
         self.recent_logs: dict[str, deque[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
 

@@ -36,7 +36,8 @@ class LocalRuntime:
                  log_file: str | os.PathLike[str] | None = None, idle_timeout: float | None = None,
                  state_dir: str | os.PathLike[str] | None = None,
                  event_retry_delays: Iterable[float] | None = None, auth: str = "none",
-                 credentials: dict[str, str] | None = None, extra_args: Iterable[str] = ()) -> None:
+                 credentials: dict[str, str] | None = None, extra_args: Iterable[str] = (),
+                 invoke_latency_ms: float = 0.0, invoke_latency_sigma: float = 0.0) -> None:
         self.host = host
         self.port = port
         self.zygote = zygote
@@ -50,6 +51,8 @@ class LocalRuntime:
         self.auth = auth
         self.credentials = dict(credentials or {})
         self.extra_args = list(extra_args)
+        self.invoke_latency_ms = invoke_latency_ms
+        self.invoke_latency_sigma = invoke_latency_sigma
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -67,6 +70,9 @@ class LocalRuntime:
             cmd += ["--state-dir", str(self.state_dir)]
         if self.event_retry_delays is not None:
             cmd += ["--event-retry-delays", ",".join(str(d) for d in self.event_retry_delays)]
+        if self.invoke_latency_ms > 0:
+            cmd += ["--invoke-latency-ms", str(self.invoke_latency_ms),
+                    "--invoke-latency-sigma", str(self.invoke_latency_sigma)]
         return cmd + self.extra_args
 
     def start(self, timeout: float = 60.0) -> LocalRuntime:

@@ -25,6 +25,8 @@ class LocalRuntimeInvoker(LambdaInvoker):
         zygote: bool = True,
         log_file: str | None = None,
         fault_prob: float = 0.0,
+        invoke_latency_ms: float = 0.0,
+        invoke_latency_sigma: float = 0.0,
     ) -> None:
         from runtime.launcher import LocalRuntime  # the runtime is only needed for this backend
 
@@ -39,7 +41,8 @@ class LocalRuntimeInvoker(LambdaInvoker):
                 for s in self.specs
             ]
         self.runtime = LocalRuntime(
-            zygote=zygote, account_concurrency=max(10, max_in_flight * 2), log_file=log_file
+            zygote=zygote, account_concurrency=max(10, max_in_flight * 2), log_file=log_file,
+            invoke_latency_ms=invoke_latency_ms, invoke_latency_sigma=invoke_latency_sigma,
         )
         self._max_in_flight = max_in_flight
         self._timeout_s = timeout_s

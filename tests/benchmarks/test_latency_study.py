@@ -1,0 +1,47 @@
+"""latency_study.py end to end on CartPole-v1: both modes on a local runtime that adds the
+emulated latency, each run's config carrying it, and the study's RESULTS.md section."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import latency_study  # noqa: E402
+
+
+def test_latency_points_parse_with_a_clear_error() -> None:
+    assert latency_study.parse_latency("50") == (50.0, 0.0)
+    assert latency_study.parse_latency("50:1.5") == (50.0, 1.5)
+    assert latency_study.label((50.0, 1.5)) == "50ms-sigma1.5"
+    for bad in ("fast", "50:x", "-5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="latency"):
+            latency_study.parse_latency(bad)
+
+
+@pytest.mark.timeout(240)
+def test_study_runs_both_modes_on_a_slow_platform(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n## Other\n\nkeep me\n")
+    out = tmp_path / "out"
+    rc = latency_study.main(["--env", "CartPole-v1", "--minutes", "0.15", "--latencies", "150",
+                             "--out", str(out), "--results", str(results)])
+    rows = json.loads((out / "latency.json").read_text())
+    assert rc == 0, [r["rc"] for r in rows]
+    assert [r["mode"] for r in rows] == ["sync", "async"]
+    for row in rows:
+        run = out / "150ms" / row["mode"]
+        assert row["sps"] > 0, (run / "stdout.log").read_text()[-2000:]
+        config = json.loads((run / "config.json").read_text())
+        assert config["runtime_invoke_latency_ms"] == 150 and config["backend"] == "local"
+        assert "emulating platform latency: each invoke waits a log-normal median 150 ms" in (
+            run / "runtime.log").read_text()
+    text = results.read_text()
+    assert "keep me" in text and latency_study.SECTION in text
+    assert "| 150 ms |" in text and "| async / sync |" in text
