@@ -113,8 +113,10 @@ class AsyncTrainer(Trainer):
                         self._on_actor(fut.result(), actors.pop(fut), actors, pending)
                     else:
                         job = learners.pop(fut)
-                        self.pacer.learner_done(fut, time.monotonic(), ok=fut.result().ok)
-                        self._on_learner(fut.result(), job, learners)
+                        res = fut.result()
+                        self.pacer.learner_done(fut, time.monotonic(), ok=res.ok,
+                                                cold=res.cold_start)
+                        self._on_learner(res, job, learners)
                 self.periodic(self._extra(len(actors), len(learners)))
         finally:
             self._shutdown(actors, learners, agg_thread)
@@ -149,7 +151,7 @@ class AsyncTrainer(Trainer):
                 self.counters.retries["actor"] += 1
                 self._submit_actor(actors, job.attempts + 1)
             return
-        self.pacer.rollout_done(time.monotonic() - job.submitted)
+        self.pacer.rollout_done(time.monotonic() - job.submitted, cold=res.cold_start)
         p = res.payload
         self.record_actor(p)
         # A rollout that picked up newer versions (actor_refresh_steps) counts at its middle.

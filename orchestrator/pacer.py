@@ -29,15 +29,16 @@ class RolloutPacer:
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else (1 - self.alpha) * old + self.alpha * new
 
-    def rollout_done(self, duration_s: float) -> None:
-        self.rollout_s = self._ema(self.rollout_s, duration_s)
+    def rollout_done(self, duration_s: float, cold: bool = False) -> None:
+        if not cold:
+            self.rollout_s = self._ema(self.rollout_s, duration_s)
 
     def learner_started(self, key: Hashable, now: float) -> None:
         self._learners[key] = now
 
-    def learner_done(self, key: Hashable, now: float, ok: bool = True) -> None:
+    def learner_done(self, key: Hashable, now: float, ok: bool = True, cold: bool = False) -> None:
         started = self._learners.pop(key, None)
-        if ok and started is not None:
+        if ok and not cold and started is not None:
             self.learn_s = self._ema(self.learn_s, now - started)
 
     def lead_s(self) -> float | None:

@@ -76,3 +76,21 @@ def test_just_in_time_training_run(tmp_path: Path, redis_url: str) -> None:
     # every batch but the one sampled as the budget ran out was learned
     assert sum(traj.values()) >= summary["env_steps"] // 512 - 1
     assert summary["grads_applied"] == summary["version"] > 0
+
+
+def test_cold_starts_do_not_seed_the_estimates() -> None:
+    # A cold learner (new environment + loss compilation) took 10 s; warm ones take 1 s. Counted,
+    # it would hold every rollout for many batches (an EMA forgets it slowly).
+    p = RolloutPacer(just_in_time=True, alpha=0.2)
+    p.rollout_done(5.0, cold=True)
+    assert p.rollout_s is None
+    p.rollout_done(0.8)
+    p.learner_started("cold", 0.0)
+    p.learner_done("cold", 10.0, cold=True)
+    assert p.learn_s is None
+    p.learner_started("warm", 10.0)
+    assert p.hold_s(10.0) == 0.0  # nothing warm measured yet: start at once
+    p.learner_done("warm", 11.0)
+    assert p.learn_s == pytest.approx(1.0)
+    p.learner_started("next", 11.0)
+    assert p.hold_s(11.0) == 0.0  # free at 12.0, the rollout needs 1.0 with the margin
