@@ -110,6 +110,10 @@ def up_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-s", type=int, default=300)
     p.add_argument("--account-concurrency", type=int, default=64)
     p.add_argument("--zygote", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--invoke-latency-ms", type=float, default=0.0,
+                   help="emulate a real platform's invoke latency (median ms; runtime/latency.py)")
+    p.add_argument("--invoke-latency-sigma", type=float, default=0.0,
+                   help="log-normal spread of that latency (stragglers)")
     p.add_argument("--log-file", default=None, help="runtime log (default: inherit the terminal)")
     return p
 
@@ -135,7 +139,9 @@ def cmd_up(argv: list[str]) -> int:
             runtime = LocalRuntime(host=args.host, port=args.runtime_port or None, zygote=args.zygote,
                                    account_concurrency=args.account_concurrency,
                                    log_file=args.log_file,
-                                   extra_env={"REDIS_URL": redis_url})
+                                   extra_env={"REDIS_URL": redis_url},
+                                   invoke_latency_ms=args.invoke_latency_ms,
+                                   invoke_latency_sigma=args.invoke_latency_sigma)
             runtime.start()
             specs = function_specs(args.prefix, args.actor_memory_mb, args.learner_memory_mb,
                                    args.timeout_s, {"REDIS_URL": redis_url})

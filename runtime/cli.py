@@ -12,6 +12,16 @@ from runtime.latency import InvalidLatency, InvokeLatency
 from runtime.sigv4 import load_credentials
 
 CREDENTIALS_ENV = "STELLARIS_RUNTIME_CREDENTIALS"
+LATENCY_ENV = "STELLARIS_RUNTIME_LATENCY_MS"
+SIGMA_ENV = "STELLARIS_RUNTIME_LATENCY_SIGMA"
+
+
+def _env_float(name: str) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else 0.0
+    except ValueError:
+        raise SystemExit(f"error: ${name} must be a number of milliseconds, got {raw!r}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,11 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--account-id", default="000000000000")
     s.add_argument("--event-retry-delays", default="60,120",
                    help="seconds before the retries of a failed Event invocation")
-    s.add_argument("--invoke-latency-ms", type=float, default=0.0,
+    s.add_argument("--invoke-latency-ms", type=float, default=_env_float(LATENCY_ENV),
                    help="emulated network + frontend latency of each RequestResponse invoke, "
-                        "median in ms (AWS: tens of ms warm; default 0: loopback speed)")
-    s.add_argument("--invoke-latency-sigma", type=float, default=0.0,
-                   help="log-normal spread of that latency (0: fixed; 1: a p99 ~10x the median)")
+                        f"median in ms (AWS: tens of ms warm; default ${LATENCY_ENV} or 0)")
+    s.add_argument("--invoke-latency-sigma", type=float, default=_env_float(SIGMA_ENV),
+                   help="log-normal spread of that latency (0: fixed; 1: a p99 ~10x the median; "
+                        f"default ${SIGMA_ENV} or 0)")
     s.add_argument("--log-level", default="info")
     s.add_argument("--access-log", action="store_true")
     return p

@@ -21,14 +21,17 @@ def refused(host: str, port: int) -> bool:
 @pytest.mark.timeout(120)
 def test_up_serves_until_ctrl_c(tmp_path) -> None:
     proc = start(stellaris_argv(["stellaris", "up", "--redis-port", "0", "--runtime-port", "0",
-                                 "--no-zygote", "--log-file", str(tmp_path / "runtime.log")]),
+                                 "--no-zygote", "--log-file", str(tmp_path / "runtime.log"),
+                                 "--invoke-latency-ms", "20"]),
                  process_env(), cwd=tmp_path)
     try:
         out = read_until(proc, "ready (Ctrl-C to stop)", timeout=90)
         endpoint = re.search(r"^runtime\s+(http://127\.0\.0\.1:\d+)", out, re.M).group(1)
         redis_url = re.search(r"^redis\s+(redis://127\.0\.0\.1:(\d+)/0)", out, re.M)
         assert redis_url and "stellaris train --backend lambda" in out
-        assert httpx.get(f"{endpoint}/stellaris/v1/health", timeout=5).status_code == 200
+        health = httpx.get(f"{endpoint}/stellaris/v1/health", timeout=5)
+        assert health.status_code == 200
+        assert health.json()["invoke_latency"] == {"median_ms": 20.0, "sigma": 0.0}
         client = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1",
                               aws_access_key_id="local", aws_secret_access_key="local")
         fns = {f["FunctionName"]: f for f in client.list_functions()["Functions"]}

@@ -96,3 +96,17 @@ def test_each_invoke_waits_the_latency_unbilled(slow_platform: LocalRuntime) -> 
     assert client.invoke(FunctionName=name, InvocationType="Event", Payload=b"{}")["StatusCode"] == 202
     assert time.perf_counter() - t0 < LATENCY_MS / 1000
     client.delete_function(FunctionName=name)
+
+
+def test_the_runtime_reads_its_latency_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # docker-compose sets the runtime container's latency through these variables.
+    from runtime.cli import _parser
+
+    monkeypatch.setenv("STELLARIS_RUNTIME_LATENCY_MS", "75")
+    monkeypatch.setenv("STELLARIS_RUNTIME_LATENCY_SIGMA", "0.5")
+    args = _parser().parse_args(["serve"])
+    assert (args.invoke_latency_ms, args.invoke_latency_sigma) == (75.0, 0.5)
+    assert _parser().parse_args(["serve", "--invoke-latency-ms", "5"]).invoke_latency_ms == 5.0
+    monkeypatch.setenv("STELLARIS_RUNTIME_LATENCY_MS", "fast")
+    with pytest.raises(SystemExit, match=r"STELLARIS_RUNTIME_LATENCY_MS must be a number"):
+        _parser()
