@@ -45,3 +45,15 @@ def test_study_runs_both_modes_on_a_slow_platform(tmp_path: Path) -> None:
     text = results.read_text()
     assert "keep me" in text and latency_study.SECTION in text
     assert "| 150 ms |" in text and "| async / sync |" in text
+    assert "| sooner at a lag price of 1.4 | sooner at a lag price of 1.9 |" in text
+
+
+def test_rows_of_a_new_invocation_replace_only_the_points_it_measured() -> None:
+    old = [{"mode": "sync", "latency_ms": 0.0, "sigma": 0.0, "sps": 1.0},
+           {"mode": "async", "latency_ms": 0.0, "sigma": 0.0, "sps": 2.0}]
+    new = [{"mode": "async", "latency_ms": 0.0, "sigma": 0.0, "sps": 3.0}]
+    merged = latency_study.merge(old, new)
+    assert sorted((r["mode"], r["sps"]) for r in merged) == [("async", 3.0), ("sync", 1.0)]
+    a = argparse.Namespace(env="Hopper-v5", seed=1, minutes=1.5, lag_prices=[1.4, 4.0])
+    table = latency_study.report(merged, a, "cmd")
+    assert table[-1] == "| 0 ms | 1 | 3 | 3.00x | async | sync |"
