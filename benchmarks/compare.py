@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,11 +163,12 @@ def wait_for_load(max_load: float | None, max_wait_s: float) -> float:
 
 
 def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
-            args: argparse.Namespace) -> dict[str, Any]:
+            args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Run one system's command (plus ``extra`` arguments) into ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("metrics.csv", "summary.json", "bench.json"):
         (run_dir / stale).unlink(missing_ok=True)
-    cmd = command(system, env, seed, minutes, run_dir, args)
+    cmd = command(system, env, seed, minutes, run_dir, args) + list(extra)
     load0 = wait_for_load(args.max_load, args.max_load_wait_s)
     t0 = time.monotonic()
     env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}

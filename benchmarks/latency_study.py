@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -66,40 +65,26 @@ def label(point: tuple[float, float]) -> str:
     return f"{ms:g}ms" + (f"-sigma{sigma:g}" if sigma else "")
 
 
-def command(mode: str, point: tuple[float, float], run_dir: Path, a: argparse.Namespace) -> list[str]:
-    """compare.py's command for the mode (the same batch and settings as its runs), on a
+def latency_args(point: tuple[float, float]) -> list[str]:
+    return ["--set", f"runtime_invoke_latency_ms={point[0]:g}",
+            "--set", f"runtime_invoke_latency_sigma={point[1]:g}"]
+
+
+def run(mode: str, point: tuple[float, float], run_dir: Path, a: argparse.Namespace) -> dict[str, Any]:
+    """compare.py's run of the mode (the same command, batch and settings as its runs), on a
     runtime with the emulated latency."""
     system, actors, learners = MODES[mode]
     ns = argparse.Namespace(
         no_compile=False, anneal_lr=False, backend="local", actors=actors, learners=learners,
         is_correction=None, no_staleness_weights=False, no_bound_decay=False, buffer_max=None,
-        set=[],
+        set=[], max_load=None, max_load_wait_s=0.0,
     )
-    cmd = compare.command(system, a.env, a.seed, a.minutes, run_dir, ns)
-    return cmd + ["--set", f"runtime_invoke_latency_ms={point[0]:g}",
-                  "--set", f"runtime_invoke_latency_sigma={point[1]:g}"]
-
-
-def run(mode: str, point: tuple[float, float], run_dir: Path, a: argparse.Namespace) -> dict[str, Any]:
-    import subprocess
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.csv", "summary.json"):
-        (run_dir / stale).unlink(missing_ok=True)
-    cmd = command(mode, point, run_dir, a)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    load0 = os.getloadavg()[0]
-    with open(run_dir / "stdout.log", "w") as fh:
-        rc = subprocess.call(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                             timeout=a.minutes * 60 + 300)
+    info = compare.run_one(system, a.env, a.seed, a.minutes, run_dir, ns, latency_args(point))
     s = read_summary(run_dir)
-    row = {"mode": mode, "latency_ms": point[0], "sigma": point[1], "rc": rc,
-           "sps": s.get("sps"), "env_steps": s.get("env_steps"), "return": s.get("mean_return"),
-           "cost_usd": (s.get("cost") or {}).get("total_usd"), "load_before": load0,
-           "load_after": os.getloadavg()[0], "cmd": cmd}
-    print(f"  {label(point):>14s} {mode:5s}: rc {rc} | {row['sps'] or 0:6.0f} steps/s | "
-          f"return {row['return'] or 0:7.1f} | load {load0:.2f}->{row['load_after']:.2f}", flush=True)
-    return row
+    return {"mode": mode, "latency_ms": point[0], "sigma": point[1], "rc": info["rc"],
+            "sps": s.get("sps"), "env_steps": s.get("env_steps"), "return": s.get("mean_return"),
+            "cost_usd": (s.get("cost") or {}).get("total_usd"), "load_before": info["load_before"],
+            "load_after": info["load_after"], "cmd": info["cmd"]}
 
 
 def report(rows: list[dict[str, Any]], a: argparse.Namespace, cmd: str) -> list[str]:

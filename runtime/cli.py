@@ -21,7 +21,7 @@ def _env_float(name: str) -> float:
     try:
         return float(raw) if raw else 0.0
     except ValueError:
-        raise SystemExit(f"error: ${name} must be a number of milliseconds, got {raw!r}") from None
+        raise SystemExit(f"error: ${name} must be a number, got {raw!r}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +70,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         zygote=args.zygote, preload=tuple(m for m in args.preload.split(",") if m),
         event_retry_delays=tuple(float(x) for x in args.event_retry_delays.split(",") if x),
         credentials=credentials, auth=args.auth,
-        invoke_latency_ms=args.invoke_latency_ms, invoke_latency_sigma=args.invoke_latency_sigma,
+        invoke_latency=InvokeLatency(args.invoke_latency_ms, args.invoke_latency_sigma),
     )
 
 
@@ -78,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = settings_from_args(args)
-        InvokeLatency(settings.invoke_latency_ms, settings.invoke_latency_sigma)
     except InvalidLatency as exc:
         raise SystemExit(f"error: {exc}") from None
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if settings.invoke_latency_ms > 0:
+    latency = settings.invoke_latency
+    if latency.enabled:
         logging.getLogger("runtime").info(
             "emulating platform latency: each invoke waits a log-normal median %g ms, sigma %g "
-            "(unbilled)", settings.invoke_latency_ms, settings.invoke_latency_sigma)
+            "(unbilled)", latency.median_ms, latency.sigma)
     import uvicorn
 
     from runtime.api import create_app

@@ -36,8 +36,7 @@ class Settings:
     credentials: dict[str, str] = field(default_factory=dict)  # access key -> secret (sigv4)
     auth: str = "none"
     # Emulated network + frontend latency of each RequestResponse invoke (runtime/latency.py).
-    invoke_latency_ms: float = 0.0
-    invoke_latency_sigma: float = 0.0
+    invoke_latency: InvokeLatency = field(default_factory=InvokeLatency)
 
     @property
     def min_unreserved(self) -> int:
@@ -64,7 +63,7 @@ class Runtime:
         self.pool = EnvironmentPool(self.state_dir, f"{self._sock_dir}/w.sock", settings.region,
                                     self.zygote or self.spawn, self.spawn)
         self.events = EventQueue(self, settings.event_retry_delays)
-        self.latency = InvokeLatency(settings.invoke_latency_ms, settings.invoke_latency_sigma)
+        self.latency = settings.invoke_latency
         self.recent_logs: dict[str, deque[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
 
