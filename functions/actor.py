@@ -60,6 +60,8 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
         "trajectory_id": traj_id,
         "behaviour_version": traj.behaviour_version,
         "behaviour_version_last": int(traj.versions[-1]),
+        # a rollout that picked up newer versions is as old as its steps are on average
+        "behaviour_version_mean": float(np.mean(traj.versions)),
         "steps": ev.n_envs * ev.steps,
         "episodes": len(traj.episode_returns),
         "episode_returns": traj.episode_returns,

@@ -1,4 +1,4 @@
-"""Learner function: trajectories in, PPO gradients (async) or a new version (sync) out.
+"""Learner function: trajectories in, PPO gradients or a new published version out.
 
 ``gradient`` mode (Stellaris): work through ``update_epochs x num_minibatches`` and write one
 :class:`Gradient` per minibatch (``gradients_per_message`` of them per stream message), tagged
@@ -8,8 +8,9 @@ gradient is also applied locally with the master's Adam and the next one compute
 tagged with the version the master will apply it at; without, the weights are refreshed from
 the newest published version before each minibatch.
 
-``update`` mode (sync baseline): the same loop applying Adam steps locally, starting from the
-latest version and the Adam state kept in the store; then publish ``target_version``.
+``update`` mode (sync rounds; async with ``learner_publishes``): the same loop applying Adam
+steps locally, starting from the latest version and the Adam state kept in the store; then
+publish ``target_version``.
 
 Timings: ``fetch_s`` (trajectories, weights, the in-flight versions), ``compute_s``,
 ``write_s`` (gradient mode: only the part of the streaming not overlapped with compute, since
@@ -567,9 +568,10 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     return out
 
 
-# -- update mode: the synchronous baseline ------------------------------------------------------
-def _load_adam(rs: RunStore, model: ActorCritic, lr: float) -> FlatAdam:
-    adam = FlatAdam(model, lr=lr, eps=ADAM_EPS)
+# -- update mode: sync rounds, and async with one publishing learner ----------------------------
+def _load_adam(rs: RunStore, model: ActorCritic, lr: float,
+               betas: tuple[float, float] = (0.9, 0.999)) -> FlatAdam:
+    adam = FlatAdam(model, lr=lr, eps=ADAM_EPS, betas=betas)
     saved = rs.get_state(OPTIMIZER_STATE)
     if saved is not None:
         adam.load_state_arrays(saved[0])
@@ -590,7 +592,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     hyper = ev.hyper
     model, start_version = pol.model, pol.version
     target = int(ev.target_version or 0)
-    adam = _load_adam(rs, model, hyper.learning_rate)
+    adam = _load_adam(rs, model, hyper.learning_rate, ev.master_adam_betas)
     stats = _Stats()
     batch = build_batch(model, groups, hyper, others)
     ev_explained = _explained_variance(batch)
@@ -617,11 +619,11 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
     ret_rms = RunningMeanStd.from_dict(ev.ret_stats) if ev.ret_stats else pol.ret_rms
     try:
-        rs.params.publish(target, to_tensors(model, obs_rms, ret_rms), policy_meta(model))
+        rs.params.publish(target, to_tensors(model, obs_rms, ret_rms), policy_meta(model),
+                          state=(OPTIMIZER_STATE, adam.state_arrays(), {"version": target}))
     except redis.ResponseError as exc:
         raise StalePublish(
             f"cannot publish version {target} of run {rs.run_id!r}: {exc}") from exc
-    rs.put_state(OPTIMIZER_STATE, adam.state_arrays(), {"version": target})
     POLICIES.set_version(rs, target, obs_rms, ret_rms)
     out: dict[str, Any] = _loss_stats(stats, graphed)
     out["losses/explained_variance"] = ev_explained

@@ -5,6 +5,11 @@ Two threads: the dispatcher (this loop: keeps N actors and up to M learners in f
 results, resubmits failures) and the aggregator (blocks on the gradient stream, applies the
 buffer rule, one Adam step per aggregation). Neither busy-waits: one blocks on futures, the
 other on ``XREADGROUP ... BLOCK``.
+
+With ``learner_publishes`` (one learner in flight) there is nothing to aggregate: the learner
+runs its update in ``update`` mode and publishes the next version itself, the dispatcher
+adopts it as the master, and no aggregator thread runs. Actors still sample while the
+learner learns, so the data lags one update as before.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ GROUP = "aggregator"
 class _Traj:
     traj_id: str
     steps: int
-    behaviour_version: int
+    behaviour_version: float  # the mean of its steps' versions
 
 
 @dataclass
@@ -71,8 +76,11 @@ class AsyncTrainer(Trainer):
         self._window_start = 0.0
         self._actor_steps = cfg.n_envs * cfg.rollout_steps
         self._agg_error: BaseException | None = None
-        agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator", daemon=True)
-        agg_thread.start()
+        agg_thread: threading.Thread | None = None
+        if not cfg.learner_publishes:
+            agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator",
+                                          daemon=True)
+            agg_thread.start()
 
         actors: dict[Future[InvocationResult], _Actor] = {}
         learners: dict[Future[InvocationResult], _Learner] = {}
@@ -154,10 +162,11 @@ class AsyncTrainer(Trainer):
         self.pacer.rollout_done(time.monotonic() - job.submitted, cold=res.cold_start)
         p = res.payload
         self.record_actor(p)
-        # A rollout that picked up newer versions (actor_refresh_steps) counts at its middle.
+        # A rollout that picked up newer versions (actor_refresh_steps) is as old as its
+        # steps are on average.
         first = int(p["behaviour_version"])
-        middle = (first + int(p.get("behaviour_version_last", first))) // 2
-        pending.append(_Traj(p["trajectory_id"], int(p["steps"]), middle))
+        mean = float(p.get("behaviour_version_mean", first))
+        pending.append(_Traj(p["trajectory_id"], int(p["steps"]), mean))
 
     def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
                            pending: deque[_Traj]) -> None:
@@ -171,6 +180,9 @@ class AsyncTrainer(Trainer):
                 v_pub = self.master.published_version
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
             in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]
+            if cfg.learner_publishes:
+                self._submit_learner(learners, _Learner(self._update_event(batch, v_now), batch, v_now))
+                continue
             event = LearnerEvent(
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
@@ -181,14 +193,37 @@ class AsyncTrainer(Trainer):
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
 
+    def _update_event(self, batch: list[_Traj], version: int) -> dict[str, Any]:
+        """A publishing learner's event: update ``version`` (the master's, which the store has
+        as its latest) with ``batch`` and publish ``version + 1`` with the master's statistics."""
+        cfg = self.cfg
+        with self.lock:
+            obs_stats, ret_stats = self.master.obs_rms.to_dict(), self.master.ret_rms.to_dict()
+        return LearnerEvent(
+            run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
+            invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
+            versions_in_flight=[version], hyper=self.learner_hyper(), target_version=version + 1,
+            obs_stats=obs_stats, ret_stats=ret_stats, device=cfg.device, seed=self.next_seed(),
+            master_adam_betas=(cfg.master_adam_beta1, 0.999), compile=cfg.learner_compile,
+            cuda_graph=cfg.learner_cuda_graphs,
+        ).to_event()
+
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:
         self.record_cost(res)
         if res.ok and res.payload:
             self.record_learner_stats(res.payload)
+            if self.cfg.learner_publishes:
+                self._adopt(res.payload)
             self._release(job)
             return
         self.record_failure(res)
+        if self.cfg.learner_publishes and self._published(job):
+            # It published its version and failed before answering (killed, timed out, or a
+            # retry refused as stale): the update is done, and must not run again.
+            self._adopt(None)
+            self._release(job)
+            return
         if job.attempts <= self.cfg.max_retries and not self.done():
             # Same invocation id: gradients it already wrote are de-duplicated, never re-applied.
             self.counters.retries["learner"] += 1
@@ -198,7 +233,28 @@ class AsyncTrainer(Trainer):
             self.counters.learner_gave_up += 1
             self._release(job)
 
+    def _published(self, job: _Learner) -> bool:
+        target = int(job.event["target_version"])
+        try:
+            return (self.rs.params.latest_version() or 0) >= target
+        except StoreError:
+            return False  # retried (same target): a stale retry is refused, not applied twice
+
+    def _adopt(self, payload: dict[str, Any] | None) -> None:
+        """The learner's published version becomes the master's (weights and Adam moments;
+        the master keeps the normaliser statistics actors reported meanwhile)."""
+        try:
+            with self.lock:
+                self.master.adopt_latest(self.rs, keep_stats=True)
+                if payload is not None:
+                    self.counters.grads_applied += int(payload.get("optimizer_steps", 0))
+        except StoreError as exc:
+            # The store guard republishes the master when Redis is back; this update is lost.
+            self.counters.store_errors += 1
+            self.counters.last_errors.append(f"adopt published version: {exc}")
+
     def on_store_recovered(self) -> None:
+        super().on_store_recovered()
         self.rs.grads.ensure_group(GROUP, start_id="0")
 
     def _release(self, job: _Learner) -> None:
@@ -218,7 +274,8 @@ class AsyncTrainer(Trainer):
         }
 
     def _shutdown(self, actors: dict[Future[InvocationResult], _Actor],
-                  learners: dict[Future[InvocationResult], _Learner], agg_thread: threading.Thread) -> None:
+                  learners: dict[Future[InvocationResult], _Learner],
+                  agg_thread: threading.Thread | None) -> None:
         # In-flight invocations finish on their own (a Lambda cannot be recalled); we wait a
         # bounded time so their cost is booked, then stop the aggregator.
         outstanding = list(actors) + list(learners)
@@ -226,6 +283,10 @@ class AsyncTrainer(Trainer):
         for fut in done:
             res = fut.result()
             self.record_cost(res)
+            published = (self.cfg.learner_publishes and fut in learners
+                         and (res.ok or self._published(learners[fut])))
+            if published:
+                self._adopt(res.payload if res.ok else None)  # its update is kept
             if not res.ok:
                 self.record_failure(res)
             elif fut in actors and res.payload:
@@ -234,7 +295,8 @@ class AsyncTrainer(Trainer):
                 self.record_learner_stats(res.payload)
                 self._release(learners[fut])
         self._stop.set()
-        agg_thread.join(timeout=10)
+        if agg_thread is not None:
+            agg_thread.join(timeout=10)
 
     # -- aggregator thread ----------------------------------------------------------------------
     def _aggregate_forever(self) -> None:

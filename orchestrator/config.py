@@ -101,6 +101,16 @@ class TrainConfig(BaseModel):
         "will apply it at: no gradient staleness with one learner, checked against what the "
         "master publishes and rebased when it differs (functions/lookahead.py)."
     )
+    learner_publishes: bool = Field(
+        False, description="Async with one learner in flight: the learner runs its whole PPO "
+        "update (the steps a look-ahead learner takes anyway) and publishes the next version "
+        "itself, as in sync mode, instead of streaming each minibatch gradient for the master "
+        "to decode and apply again. The same weights (one look-ahead learner has no gradient "
+        "staleness and the master steps its gradients bit for bit), the same lag of the data "
+        "(one update); without the per-gradient encode, stream, decode and second Adam step. "
+        "Versions then count updates, not Adam steps. Needs learners = 1: two learners "
+        "publishing would overwrite each other's steps, which the aggregator exists to combine."
+    )
     gradients_per_message: int = Field(
         32, ge=1, le=64, description="Consecutive gradients a learner sends as one stream "
         "message (still applied one Adam step each): the encode, the Redis round trip and the "
@@ -187,6 +197,15 @@ class TrainConfig(BaseModel):
     def _budget_given(self) -> TrainConfig:
         if self.total_steps is None and self.minutes is None:
             raise ValueError("give a budget: total_steps or minutes")
+        return self
+
+    @model_validator(mode="after")
+    def _one_publishing_learner(self) -> TrainConfig:
+        if self.learner_publishes and self.mode == "async" and self.learners != 1:
+            raise ValueError(
+                f"learner_publishes needs learners = 1 (got {self.learners}): several learners "
+                "in flight send gradients for the aggregator to combine (learner_publishes=false)"
+            )
         return self
 
     @model_validator(mode="after")

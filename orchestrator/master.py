@@ -106,10 +106,17 @@ class MasterPolicy:
                           applied=applied)
         self.published_version = self.version
 
-    def adopt_latest(self, rs: RunStore) -> None:
-        """Take the store's latest version as the master (sync mode: the learner publishes)."""
+    def adopt_latest(self, rs: RunStore, keep_stats: bool = False) -> None:
+        """Take the store's latest version as the master (the learner published it).
+
+        ``keep_stats``: keep the master's normaliser statistics instead of the snapshot's —
+        in async mode actors kept reporting theirs while the learner ran, and the snapshot
+        has only what the learner was given.
+        """
         snap = rs.params.latest()
-        self.obs_rms, self.ret_rms = load_policy_tensors(self.model, snap.tensors)
+        obs_rms, ret_rms = load_policy_tensors(self.model, snap.tensors)
+        if not keep_stats:
+            self.obs_rms, self.ret_rms = obs_rms, ret_rms
         self.version = self.published_version = snap.version
         state = rs.get_state(OPTIMIZER_STATE)
         if state is not None:

@@ -38,7 +38,7 @@ class Counters:
     grads_applied: int = 0
     lookahead_rebases: int = 0  # mid-invocation rebases of look-ahead learners
     learners_eager: int = 0  # learner invocations that ran the loss eagerly (not compiled)
-    traj_staleness: list[int] = field(default_factory=list)
+    traj_staleness: list[float] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
 
@@ -74,6 +74,7 @@ class Trainer:
         self._applied_log = open(self.run_dir / "applied_gradients.log", "a")  # noqa: SIM115
         self._seq = 0
         self._hist: dict[str, dict[int, int]] = {"traj": {}, "grad": {}}  # whole-run staleness
+        self._stale_sums: dict[str, tuple[float, int]] = {}  # key -> (sum, count), exact
         self._store_down = False
         self._next_guard = 0.0
         self._guard_backoff = 1.0
@@ -232,12 +233,15 @@ class Trainer:
         self.progress.update(row)
         return row
 
-    def staleness_totals(self, ts: list[int], gs: list[int]) -> None:
-        """Keep whole-run staleness histograms (for the final report and benchmarks)."""
+    def staleness_totals(self, ts: list[float], gs: list[int]) -> None:
+        """Keep whole-run staleness histograms (whole versions, for the final report and
+        benchmarks) and exact sums (a refreshed rollout is a fraction of a version old)."""
         hist = self._hist
         for key, vals in (("traj", ts), ("grad", gs)):
             for v in vals:
                 hist[key][int(v)] = hist[key].get(int(v), 0) + 1
+            total, n = self._stale_sums.get(key, (0.0, 0))
+            self._stale_sums[key] = (total + float(sum(vals)), n + len(vals))
 
     def checkpoint(self, tensors: dict[str, np.ndarray] | None = None) -> None:
         with self.lock:
@@ -299,8 +303,17 @@ class Trainer:
             self._guard_backoff = min(10.0, self._guard_backoff * 2)
         return not self._store_down
 
+    @property
+    def learners_publish(self) -> bool:
+        """Do learner invocations publish versions themselves (sync mode, or async with
+        ``learner_publishes``)? Then the store holds the truth and the learners' Adam state."""
+        return self.cfg.mode == "sync" or self.cfg.learner_publishes
+
     def on_store_recovered(self) -> None:
-        """Hook: re-create what a restarted Redis forgot (consumer groups, optimizer state)."""
+        """Re-create what a restarted Redis forgot (subclasses add consumer groups): the Adam
+        state a publishing learner loads, or its next update would start with fresh moments."""
+        if self.learners_publish:
+            self.rs.put_state("optimizer", self.master.optimizer_state(), {"version": self.master.version})
 
     # -- resume -------------------------------------------------------------------------------
     def resume_or_init(self) -> bool:
@@ -322,7 +335,7 @@ class Trainer:
         for comp, c in (meta.get("cost_functions") or {}).items():
             self.cost.components[comp] = dict(c)
         self.master.publish(self.rs, allow_rewind=True)
-        if self.cfg.mode == "sync":
+        if self.learners_publish:
             self.rs.put_state("optimizer", self.master.optimizer_state(), {"version": self.master.version})
         return True
 
@@ -350,6 +363,7 @@ class Trainer:
             "learners_eager": c.learners_eager,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
+            "staleness_mean": {k: total / n for k, (total, n) in self._stale_sums.items() if n},
             "cost": self.cost.report(wall), "backend_billing": self.invoker.billing(),
             "last_errors": list(c.last_errors),
         }

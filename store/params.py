@@ -19,8 +19,9 @@ from store.connection import Store
 from store.errors import VersionEvicted, VersionNotFound
 from store.keys import RunKeys
 
-# KEYS: latest, versions(zset), latest_blob, applied(hash)
-# ARGV: prefix, version, blob, keep, allow_rewind, then lineage/"seq:version" pairs
+# KEYS: latest, versions(zset), latest_blob, applied(hash), state (a named state blob)
+# ARGV: prefix, version, blob, keep, allow_rewind, state blob ('' = none), then
+# lineage/"seq:version" pairs
 _PUBLISH = """
 local v = tonumber(ARGV[2])
 local cur = redis.call('GET', KEYS[1])
@@ -38,8 +39,11 @@ redis.call('SET', ARGV[1] .. ':params:' .. v, ARGV[3])
 redis.call('ZADD', KEYS[2], v, tostring(v))
 redis.call('SET', KEYS[1], tostring(v))
 redis.call('SET', KEYS[3], ARGV[3])
-if #ARGV > 5 then
-  redis.call('HSET', KEYS[4], unpack(ARGV, 6))
+if ARGV[6] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[6])
+end
+if #ARGV > 6 then
+  redis.call('HSET', KEYS[4], unpack(ARGV, 7))
 end
 local keep = tonumber(ARGV[4])
 local n = redis.call('ZCARD', KEYS[2])
@@ -110,27 +114,34 @@ class ParamStore:
         meta: Mapping[str, Any] | None = None,
         allow_rewind: bool = False,
         applied: Mapping[str, tuple[int, int]] | None = None,
+        state: tuple[str, Mapping[str, Any], Mapping[str, Any]] | None = None,
     ) -> int:
         """Atomically store ``version`` and point ``latest`` at it; returns #evicted versions.
 
         Versions only move forward unless ``allow_rewind`` (a resumed orchestrator
         republishing its checkpoint), which also deletes the versions above it. ``applied``:
         lineage -> (seq, version) of the last gradient of each lineage applied since the
-        previous publish, recorded in the same step (see :meth:`poll_command`).
+        previous publish, recorded in the same step (see :meth:`poll_command`). ``state``:
+        (name, arrays, meta) of a state blob written in the same step (a learner's Adam
+        moments: a version is never published without them, nor they without it — a
+        function killed in between would leave the next update the wrong moments).
         """
         if int(version) < 0:
             raise ValueError("version must be >= 0")
         doc = {**dict(meta or {}), "version": int(version)}
         blob = serde.encode(tensors, doc)
+        state_name = state[0] if state is not None else "none"
+        state_blob = serde.encode(state[1], dict(state[2])) if state is not None else b""
         args: list[Any] = [self.keys.prefix, int(version), blob, self.keep,
-                           "1" if allow_rewind else "0"]
+                           "1" if allow_rewind else "0", state_blob]
         for lineage, (seq, v) in (applied or {}).items():
             args += [lineage, f"{int(seq)}:{int(v)}"]
         return int(
             self.store.call(
                 lambda r: self._publish(
                     keys=[self.keys.params_latest, self.keys.params_versions,
-                          self.keys.params_latest_blob, self.keys.params_applied],
+                          self.keys.params_latest_blob, self.keys.params_applied,
+                          self.keys.state(state_name)],
                     args=args,
                     client=r,
                 )

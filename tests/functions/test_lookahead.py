@@ -192,3 +192,44 @@ def test_a_learner_invocation_equals_the_lean_ppo_update(run_store, redis_url):
     moved = torch.linalg.vector_norm(lean - start)
     assert float(moved) > 1e-3  # it learned something
     assert float(torch.linalg.vector_norm(lean - la.flat.detach())) < 1e-4 * float(moved)
+
+
+def _rollout(rs: RunStore, redis_url: str, k: int) -> list[str]:
+    """One actor invocation whose noise depends on ``k`` only (not on the run id)."""
+    from functions import actor
+    out = actor.handler(ev(rs, redis_url, env_id="CartPole-v1", n_envs=4, steps=32, seed=k,
+                           invocation_id=f"a-{k}"))
+    return [out["trajectory_id"]]
+
+
+def test_a_publishing_learner_ends_where_the_master_applying_its_gradients_ends(
+        run_store, store, redis_url):
+    """``learner_publishes``: one learner in update mode with the master's Adam ends two
+    invocations at the weights the look-ahead learner's streamed gradients give the master
+    (the Adam moments carried over in the store) — the same learning, without the stream."""
+    betas = (0.5, 0.999)  # not Adam's default: the event's betas must reach the update
+    other = RunStore(store, run_store.run_id + "-publishes")
+    try:
+        master = MasterPolicy("CartPole-v1", SMALL, seed=0, learning_rate=LR, adam_beta1=0.5)
+        master.publish(run_store)
+        MasterPolicy("CartPole-v1", SMALL, seed=0, learning_rate=LR, adam_beta1=0.5).publish(other)
+        for k in range(2):
+            common = {"hyper": {"update_epochs": 2, "num_minibatches": 4, "learning_rate": LR},
+                      "invocation_id": f"L{k}", "seed": k, "master_adam_betas": list(betas),
+                      "compile": False}
+            ids = _rollout(run_store, redis_url, k)
+            learner.handler(ev(run_store, redis_url, trajectory_ids=ids, lookahead=True, **common))
+            _apply_all(run_store, master)
+            out = learner.handler(ev(other, redis_url, trajectory_ids=_rollout(other, redis_url, k),
+                                     mode="update", target_version=k + 1, **common))
+            assert out["published_version"] == k + 1 and out["optimizer_steps"] == 8
+        published = other.params.latest()
+        start, _ = init_policy("CartPole-v1", SMALL, 0)
+        for name, p in start.named_parameters():
+            want = master.tensors()[name]
+            moved = float(torch.linalg.vector_norm(torch.from_numpy(want) - p.detach()))
+            assert moved > 1e-4, name  # it learned something
+            gap = float(torch.linalg.vector_norm(torch.from_numpy(published.tensors[name] - want)))
+            assert gap <= 1e-5 * moved, (name, gap, moved)
+    finally:
+        other.clear()

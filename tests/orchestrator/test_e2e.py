@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import load_config
+from orchestrator.config import ConfigError, load_config
 from orchestrator.run import train
+from store import RunStore, Store
 
 TINY = {
     "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
@@ -91,6 +92,40 @@ def test_tiny_training_run(backend: str, mode: str, tmp_path: Path, redis_url: s
     if backend == "local":
         billing = summary["backend_billing"]["functions"]
         assert billing["stellaris-actor"]["invocations"] >= 4
+
+
+def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) -> None:
+    """``learner_publishes``: actors sample beside one learner that publishes each update
+    itself (update mode) — no gradient stream, no aggregator, one version per update."""
+    run_dir = tmp_path / "publishes"
+    cfg = load_config(None, {**TINY, "backend": "local", "learner_publishes": True,
+                             "run_dir": str(run_dir), "redis_url": redis_url, "total_steps": 4096})
+    summary = train(cfg)
+    assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
+    assert summary["env_steps"] >= 4096
+    # one version per learner invocation of update_epochs x num_minibatches Adam steps
+    assert summary["version"] >= 2 and summary["grads_applied"] == 8 * summary["version"]
+    applied_log = run_dir / "applied_gradients.log"
+    assert summary["aggregations"] == 0
+    assert not applied_log.exists() or not applied_log.read_text().strip()
+    rs = RunStore(Store(redis_url), summary["run_id"])
+    assert rs.params.latest_version() == summary["version"]
+    assert rs.grads.stats().appended == 0  # nothing streamed
+    # the Adam state the next update would load is the last update's, and so the checkpoint's
+    state = rs.get_state("optimizer")
+    assert state is not None and state[1]["version"] == summary["version"]
+    ckpt = json.loads((run_dir / "checkpoints" / "metadata.json").read_text())
+    assert ckpt["version"] == summary["version"]
+    # versions count updates: the data was at most one update old when learned
+    assert set(summary["staleness_hist"]["traj"]) <= {"0", "1"}, summary["staleness_hist"]
+    billing = summary["backend_billing"]["functions"]
+    assert billing["stellaris-learner"]["invocations"] == summary["version"]
+
+
+def test_publishing_learners_need_to_be_alone() -> None:
+    with pytest.raises(ConfigError, match="learner_publishes needs learners = 1"):
+        load_config(None, {**TINY, "learners": 2, "learner_publishes": True})
+    assert load_config(None, {**TINY, "learner_publishes": True}).learner_publishes
 
 
 def test_resume_after_killing_the_orchestrator(tmp_path: Path, redis_url: str) -> None:

@@ -6,6 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrator.config import load_config
 from orchestrator.run import train
 from store import EmbeddedRedis, RunStore, Store
@@ -61,12 +63,16 @@ def test_injected_faults_inline(tmp_path: Path, redis_url: str) -> None:
     assert len(ids) == len(set(ids))
 
 
-def test_redis_restart_mid_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("publishes", [False, True], ids=["aggregator", "learner-publishes"])
+def test_redis_restart_mid_run(tmp_path: Path, publishes: bool) -> None:
     """Kill the real redis-server mid-run and start it again, empty, on the same port."""
     server = EmbeddedRedis().start()
     run_dir = tmp_path / "redis-restart"
     cfg = load_config(None, {**SMALL, "backend": "inline", "run_dir": str(run_dir),
-                             "redis_url": server.url, "minutes": 0.5})
+                             "redis_url": server.url, "minutes": 0.5,
+                             "learner_publishes": publishes})
+    # versions count Adam steps (8 an update) or, with a publishing learner, updates
+    kill_at = 3 if publishes else 20
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(train(cfg)))
     t.start()
@@ -74,7 +80,7 @@ def test_redis_restart_mid_run(tmp_path: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if (rs.params.latest_version() or 0) > 20:
+            if (rs.params.latest_version() or 0) > kill_at:
                 break
         except Exception:  # noqa: BLE001 - polling
             pass
@@ -84,12 +90,20 @@ def test_redis_restart_mid_run(tmp_path: Path) -> None:
     time.sleep(3.0)
     server.start()
     t.join(timeout=180)
+    state = rs.get_state("optimizer")
     server.close()
     assert not t.is_alive(), "the run must not block forever"
     assert result, "train() raised instead of riding out the outage"
-    assert result["redis_recoveries"] >= 1, result["last_errors"]
     # Training continued from the master's version, not from zero.
     assert result["version"] > (version_before or 0)
+    if publishes:
+        # Either the store guard republished the master (and its Adam moments:
+        # on_store_recovered) or the learner in flight published the next version, with its
+        # moments, onto the empty server first; every update since saved its own.
+        assert result["learner_gave_up"] == 0, result["last_errors"]
+        assert state is not None and state[1]["version"] == result["version"]
+        return
+    assert result["redis_recoveries"] >= 1, result["last_errors"]
     ids = _applied_ids(run_dir)
     assert len(ids) == len(set(ids))
 
@@ -102,3 +116,24 @@ def test_sync_mode_survives_killed_functions(tmp_path: Path, redis_url: str) -> 
     summary = train(cfg)
     assert summary["env_steps"] >= 8192
     assert summary["version"] >= 8192 // (2 * 4 * 128)
+
+
+def test_a_publishing_learner_survives_killed_functions(tmp_path: Path, redis_url: str) -> None:
+    """Async with ``learner_publishes``: a learner killed after publishing its version (before
+    answering) is adopted, not run again; one killed before is retried with the same target."""
+    run_dir = tmp_path / "publishes-faults"
+    cfg = load_config(None, {**SMALL, "backend": "local", "learner_publishes": True,
+                             "run_dir": str(run_dir), "redis_url": redis_url,
+                             "total_steps": 8192, "fault_kill_prob": 0.3, **KILL_DRILL})
+    summary = train(cfg)
+    assert summary["env_steps"] >= 8192
+    assert summary["failures"]["actor"] + summary["failures"]["learner"] > 0
+    rs = RunStore(Store(redis_url), summary["run_id"])
+    # every update published once, on top of the one before: the store, the master and the
+    # Adam state saved by the last update all name the same version
+    assert rs.params.latest_version() == summary["version"] >= 1
+    state = rs.get_state("optimizer")
+    assert state is not None and state[1]["version"] == summary["version"]
+    billing = summary["backend_billing"]["functions"]["stellaris-learner"]
+    assert billing["invocations"] - billing["errors"] <= summary["version"]
+

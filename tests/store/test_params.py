@@ -66,6 +66,24 @@ def test_versions_only_move_forward_unless_rewound(store: Store, run_id: str) ->
     assert ps.retained_versions() == [0, 1]  # versions above the rewind point are gone
 
 
+def test_a_state_blob_is_published_with_its_version_or_not_at_all(store: Store, run_id: str) -> None:
+    """A publishing learner's Adam moments go in the version's own Lua step."""
+    from store import RunStore
+
+    rs = RunStore(store, run_id)
+    moments = {"exp_avg.w": np.full(3, 2.0, dtype=np.float32)}
+    rs.params.publish(2, _tensors(2), state=("optimizer", moments, {"version": 2}))
+    arrays, meta = rs.get_state("optimizer")  # type: ignore[misc]
+    assert meta["version"] == 2 and arrays["exp_avg.w"].tolist() == [2.0] * 3
+    with pytest.raises(Exception, match="STALE"):
+        rs.params.publish(1, _tensors(1), state=("optimizer", {"exp_avg.w": np.zeros(3)},
+                                                 {"version": 1}))
+    assert rs.get_state("optimizer")[1]["version"] == 2  # type: ignore[index]
+    rs.params.publish(3, _tensors(3))  # no state: the saved one stays
+    assert rs.get_state("optimizer")[1]["version"] == 2  # type: ignore[index]
+    assert rs.get_state("none") is None
+
+
 def test_atomic_publish_under_concurrent_readers(store: Store, run_id: str) -> None:
     """Readers hammer latest() while a writer publishes with a tiny retention window."""
     ps = ParamStore(store, run_id, keep=1)
