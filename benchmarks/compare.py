@@ -444,11 +444,18 @@ def _stale_summary(runs: list[dict[str, Any]]) -> str:
         for kind in tot:
             for k, n in (r["summary"].get("staleness_hist") or {}).get(kind, {}).items():
                 tot[kind][int(k)] = tot[kind].get(int(k), 0) + int(n)
+    # Exact means where the runs report them (a refreshed rollout is a fraction of a
+    # version old; the histograms count whole versions), weighted by each run's count.
+    exact = [(r["summary"].get("staleness_mean") or {}, r["summary"].get("staleness_hist") or {})
+             for r in runs]
     parts = []
     for kind, h in tot.items():
         n = sum(h.values())
         if n:
             mean = sum(k * c for k, c in h.items()) / n
+            if all(kind in m for m, _ in exact):
+                counts = [sum((hist.get(kind) or {}).values()) for _, hist in exact]
+                mean = sum(m[kind] * c for (m, _), c in zip(exact, counts, strict=True)) / n
             parts.append(f"{kind} mean {mean:.2f}, max {max(h)}")
     return "; ".join(parts) or "-"
 
@@ -574,7 +581,8 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
                              targets, minutes)
     stell = [v for v in order if v.startswith("stellaris")]
     if stell:
-        lines.append("Staleness (Stellaris runs, versions): " + "; ".join(
+        lines.append("Staleness (Stellaris runs, versions; with a publishing learner a version "
+                     "is one update): " + "; ".join(
             f"{LABELS.get(v, v)}: {_stale_summary(data[v])}" for v in stell) + ".")
         lines.append("")
     rel = os.path.relpath(fig_dir, REPO / "benchmarks")

@@ -77,7 +77,7 @@ class AsyncTrainer(Trainer):
         self._actor_steps = cfg.n_envs * cfg.rollout_steps
         self._agg_error: BaseException | None = None
         agg_thread: threading.Thread | None = None
-        if not cfg.learner_publishes:
+        if not cfg.publishing_learner:
             agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator",
                                           daemon=True)
             agg_thread.start()
@@ -180,7 +180,7 @@ class AsyncTrainer(Trainer):
                 v_pub = self.master.published_version
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
             in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]
-            if cfg.learner_publishes:
+            if cfg.publishing_learner:
                 self._submit_learner(learners, _Learner(self._update_event(batch, v_now), batch, v_now))
                 continue
             event = LearnerEvent(
@@ -213,12 +213,12 @@ class AsyncTrainer(Trainer):
         self.record_cost(res)
         if res.ok and res.payload:
             self.record_learner_stats(res.payload)
-            if self.cfg.learner_publishes:
+            if self.cfg.publishing_learner:
                 self._adopt(res.payload)
             self._release(job)
             return
         self.record_failure(res)
-        if self.cfg.learner_publishes and self._published(job):
+        if self.cfg.publishing_learner and self._published(job):
             # It published its version and failed before answering (killed, timed out, or a
             # retry refused as stale): the update is done, and must not run again.
             self._adopt(None)
@@ -283,7 +283,7 @@ class AsyncTrainer(Trainer):
         for fut in done:
             res = fut.result()
             self.record_cost(res)
-            published = (self.cfg.learner_publishes and fut in learners
+            published = (self.cfg.publishing_learner and fut in learners
                          and (res.ok or self._published(learners[fut])))
             if published:
                 self._adopt(res.payload if res.ok else None)  # its update is kept

@@ -53,10 +53,13 @@ class TrainConfig(BaseModel):
     n_envs: int = Field(8, ge=1, description="Vector envs per actor invocation.")
     rollout_steps: int = Field(256, ge=1, description="Steps per env per actor invocation.")
     actor_refresh_steps: int = Field(
-        0, ge=0, description="Async actors check for a newer policy every this many steps "
-        "and sample on with it (0: one version per rollout). Each step is tagged with its "
-        "version, so the learner's ratios stay exact; the data is fresher by about half a "
-        "rollout. Sync rounds always sample with the round's version."
+        32, ge=0, description="Async actors check for a newer policy every this many steps "
+        "(one GET of the latest version number) and sample on with it (0: one version per "
+        "rollout). Each step is tagged with its version, so the learner's ratios stay exact. "
+        "With a publishing learner that finishes before the rollout does, the steps sampled "
+        "after its publish are on-policy for the next update: Hopper's data 0.66 of an update "
+        "old instead of 1.0, at the same env steps/s (benchmarks/RESULTS.md, session 11). "
+        "Sync rounds always sample with the round's version."
     )
     actor_start: Literal["eager", "just_in_time"] = Field(
         "just_in_time", description="When an async rollout starts: as soon as the learners have room "
@@ -101,15 +104,17 @@ class TrainConfig(BaseModel):
         "will apply it at: no gradient staleness with one learner, checked against what the "
         "master publishes and rebased when it differs (functions/lookahead.py)."
     )
-    learner_publishes: bool = Field(
-        False, description="Async with one learner in flight: the learner runs its whole PPO "
-        "update (the steps a look-ahead learner takes anyway) and publishes the next version "
-        "itself, as in sync mode, instead of streaming each minibatch gradient for the master "
-        "to decode and apply again. The same weights (one look-ahead learner has no gradient "
-        "staleness and the master steps its gradients bit for bit), the same lag of the data "
-        "(one update); without the per-gradient encode, stream, decode and second Adam step. "
-        "Versions then count updates, not Adam steps. Needs learners = 1: two learners "
-        "publishing would overwrite each other's steps, which the aggregator exists to combine."
+    learner_publishes: bool | None = Field(
+        None, description="Async: the learner runs its whole PPO update (the steps a "
+        "look-ahead learner takes anyway) and publishes the next version itself, as in sync "
+        "mode, instead of streaming each minibatch gradient for the master to decode and "
+        "apply again. The same weights (one look-ahead learner has no gradient staleness and "
+        "the master steps its gradients bit for bit) and the same lag of the data, without "
+        "the per-gradient encode, stream, decode and second Adam step: Hopper's learner "
+        "invocation 518 vs 707 ms and 1.11x the env steps/s on 2 cores (benchmarks/"
+        "RESULTS.md). Versions then count updates, not Adam steps. Needs learners = 1: "
+        "learners in flight together send gradients for the aggregator to combine. None "
+        "(default): publish when learners = 1."
     )
     gradients_per_message: int = Field(
         32, ge=1, le=64, description="Consecutive gradients a learner sends as one stream "
@@ -201,7 +206,7 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_publishing_learner(self) -> TrainConfig:
-        if self.learner_publishes and self.mode == "async" and self.learners != 1:
+        if self.learner_publishes is True and self.mode == "async" and self.learners != 1:
             raise ValueError(
                 f"learner_publishes needs learners = 1 (got {self.learners}): several learners "
                 "in flight send gradients for the aggregator to combine (learner_publishes=false)"
@@ -217,6 +222,13 @@ class TrainConfig(BaseModel):
                 f"it needs --backend local, not {self.backend!r}"
             )
         return self
+
+    @property
+    def publishing_learner(self) -> bool:
+        """Does an async run's learner publish its updates (``learner_publishes`` resolved)?"""
+        if self.learner_publishes is None:
+            return self.learners == 1
+        return self.learner_publishes
 
     @property
     def h_max(self) -> int:

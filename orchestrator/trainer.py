@@ -307,7 +307,7 @@ class Trainer:
     def learners_publish(self) -> bool:
         """Do learner invocations publish versions themselves (sync mode, or async with
         ``learner_publishes``)? Then the store holds the truth and the learners' Adam state."""
-        return self.cfg.mode == "sync" or self.cfg.learner_publishes
+        return self.cfg.mode == "sync" or self.cfg.publishing_learner
 
     def on_store_recovered(self) -> None:
         """Re-create what a restarted Redis forgot (subclasses add consumer groups): the Adam
@@ -354,6 +354,7 @@ class Trainer:
         hist = self._hist
         return {
             "run_id": self.rs.run_id, "mode": self.cfg.mode, "backend": self.cfg.backend,
+            "learners_publish": self.learners_publish,
             "env": self.cfg.env, "env_steps": c.env_steps, "episodes": c.episodes,
             "version": self.master.version, "wall_s": wall,
             "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),

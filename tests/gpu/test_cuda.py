@@ -151,7 +151,7 @@ def test_a_cuda_update_mode_round_publishes_what_the_cpu_publishes(store, run_st
         other.clear()
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", "async-aggregator", "sync"])
 def test_a_training_run_with_cuda_learners_in_the_local_runtime(mode: str, tmp_path: Path,
                                                                redis_url: str) -> None:
     """The whole system, learners on the GPU in the runtime's worker processes (the
@@ -160,7 +160,8 @@ def test_a_training_run_with_cuda_learners_in_the_local_runtime(mode: str, tmp_p
         "env": "Hopper-v5", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
         "learner_batch_steps": 1024, "total_steps": 6144, "eval_interval_s": 0,
         "progress": "none", "hyper": {"update_epochs": 2, "num_minibatches": 8},
-        "function_timeout_s": 300, "mode": mode, "backend": "local", "device": DEVICE,
+        "function_timeout_s": 300, "mode": mode.split("-")[0], "backend": "local",
+        "device": DEVICE, "learner_publishes": mode != "async-aggregator",
         # a CUDA context and its libraries are ~1-2 GB of RSS: more than one vCPU's 1,769 MB
         "learner_memory_mb": 10240,
         "run_dir": str(tmp_path / mode), "redis_url": redis_url})

@@ -22,6 +22,9 @@ TINY = {
     "learner_batch_steps": 512, "total_steps": 2048, "eval_interval_s": 0, "progress": "none",
     "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_aggregations": 4,
     "function_timeout_s": 120,
+    # the aggregator's path (one learner would publish its updates itself by default: its
+    # own tests below)
+    "learner_publishes": False,
 }
 
 
@@ -125,7 +128,10 @@ def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) ->
 def test_publishing_learners_need_to_be_alone() -> None:
     with pytest.raises(ConfigError, match="learner_publishes needs learners = 1"):
         load_config(None, {**TINY, "learners": 2, "learner_publishes": True})
-    assert load_config(None, {**TINY, "learner_publishes": True}).learner_publishes
+    # by default one learner publishes, and several send gradients to the aggregator
+    assert load_config(None, {"minutes": 1}).publishing_learner
+    assert not load_config(None, {"minutes": 1, "learners": 2}).publishing_learner
+    assert not load_config(None, {**TINY, "learner_publishes": False}).publishing_learner
 
 
 def test_resume_after_killing_the_orchestrator(tmp_path: Path, redis_url: str) -> None:

@@ -21,6 +21,8 @@ SMALL = {
     # of a new policy shape (~15 s under load) would move that timeline, and compiling is
     # not what is drilled here (tests/orchestrator/test_e2e.py runs it on every backend).
     "learner_compile": False,
+    # the aggregator's path; a learner that publishes its updates has its own drills below
+    "learner_publishes": False,
 }
 # With a function killed in 20-30% of invocations, six kills in a row of one job (the default
 # 5 retries) happen in ~1-4% of these runs: a retry budget that makes the drill flaky, not
