@@ -179,10 +179,11 @@ class AsyncTrainer(Trainer):
                 v_now = self.master.version
                 v_pub = self.master.published_version
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
-            in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]
             if cfg.publishing_learner:
-                self._submit_learner(learners, _Learner(self._update_event(batch, v_now), batch, v_now))
+                event = self.update_event([t.traj_id for t in batch], v_now, self.learner_hyper())
+                self._submit_learner(learners, _Learner(event, batch, v_now))
                 continue
+            in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]
             event = LearnerEvent(
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
@@ -192,21 +193,6 @@ class AsyncTrainer(Trainer):
                 cuda_graph=cfg.learner_cuda_graphs,
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
-
-    def _update_event(self, batch: list[_Traj], version: int) -> dict[str, Any]:
-        """A publishing learner's event: update ``version`` (the master's, which the store has
-        as its latest) with ``batch`` and publish ``version + 1`` with the master's statistics."""
-        cfg = self.cfg
-        with self.lock:
-            obs_stats, ret_stats = self.master.obs_rms.to_dict(), self.master.ret_rms.to_dict()
-        return LearnerEvent(
-            run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
-            invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
-            versions_in_flight=[version], hyper=self.learner_hyper(), target_version=version + 1,
-            obs_stats=obs_stats, ret_stats=ret_stats, device=cfg.device, seed=self.next_seed(),
-            master_adam_betas=(cfg.master_adam_beta1, 0.999), compile=cfg.learner_compile,
-            cuda_graph=cfg.learner_cuda_graphs,
-        ).to_event()
 
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:

@@ -7,11 +7,9 @@ Each round: every actor samples with version ``v`` (barrier), then one learner i
 
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import wait
 from typing import Any
 
-from functions.messages import LearnerEvent
 from orchestrator.invokers.base import InvocationResult
 from orchestrator.trainer import Trainer
 
@@ -68,16 +66,9 @@ class SyncTrainer(Trainer):
     def _learn(self, v: int, payloads: list[dict[str, Any]]) -> None:
         ids = [p["trajectory_id"] for p in payloads]
         with self.lock:
-            obs_stats, ret_stats = self.master.obs_rms.to_dict(), self.master.ret_rms.to_dict()
             self.counters.traj_staleness.extend(0 for _ in ids)
-        event = LearnerEvent(
-            run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
-            invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=ids, versions_in_flight=[v],
-            # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
-            hyper=self.learner_hyper(is_correction="none"), target_version=v + 1, obs_stats=obs_stats, ret_stats=ret_stats,
-            device=self.cfg.device, seed=self.next_seed(), compile=self.cfg.learner_compile,
-            cuda_graph=self.cfg.learner_cuda_graphs,
-        ).to_event()
+        # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
+        event = self.update_event(ids, v, self.learner_hyper(is_correction="none"))
         for attempt in range(self.cfg.max_retries + 1):
             res = self.invoker.submit("learner", event).result()
             self.record_cost(res)

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from functions.messages import ActorEvent, EvaluatorEvent, PPOHyper
+from functions.learner import OPTIMIZER_STATE
+from functions.messages import ActorEvent, EvaluatorEvent, LearnerEvent, PPOHyper
 from functions.ppo import annealed_lr
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import TrainConfig
@@ -54,8 +55,9 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.redis_url = function_redis_url
         self.lock = threading.RLock()
+        self.adam_betas = (cfg.master_adam_beta1 if cfg.mode == "async" else 0.9, 0.999)
         self.master = MasterPolicy(cfg.env, cfg.policy, cfg.seed, cfg.hyper.learning_rate,
-                                   adam_beta1=cfg.master_adam_beta1 if cfg.mode == "async" else 0.9)
+                                   adam_beta1=self.adam_betas[0])
         self.counters = Counters()
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)
@@ -129,6 +131,21 @@ class Trainer:
             env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
             seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
             refresh_steps=self.cfg.actor_refresh_steps if self.cfg.mode == "async" else 0,
+        ).to_event()
+
+    def update_event(self, trajectory_ids: list[str], version: int, hyper: PPOHyper) -> dict[str, Any]:
+        """A publishing learner's event (sync rounds, async with one learner): update
+        ``version`` (the store's latest) with these trajectories, with the master's Adam
+        settings, and publish ``version + 1`` with the master's normaliser statistics."""
+        with self.lock:
+            obs_stats, ret_stats = self.master.obs_rms.to_dict(), self.master.ret_rms.to_dict()
+        return LearnerEvent(
+            run_id=self.rs.run_id, redis_url=self.redis_url, mode="update",
+            invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=trajectory_ids,
+            versions_in_flight=[version], hyper=hyper, target_version=version + 1,
+            obs_stats=obs_stats, ret_stats=ret_stats, device=self.cfg.device, seed=self.next_seed(),
+            master_adam_betas=self.adam_betas, compile=self.cfg.learner_compile,
+            cuda_graph=self.cfg.learner_cuda_graphs,
         ).to_event()
 
     def record_cost(self, result: InvocationResult) -> None:
@@ -313,7 +330,11 @@ class Trainer:
         """Re-create what a restarted Redis forgot (subclasses add consumer groups): the Adam
         state a publishing learner loads, or its next update would start with fresh moments."""
         if self.learners_publish:
-            self.rs.put_state("optimizer", self.master.optimizer_state(), {"version": self.master.version})
+            self._save_optimizer_state()
+
+    def _save_optimizer_state(self) -> None:
+        """The master's Adam moments, where the next publishing learner loads them."""
+        self.rs.put_state(OPTIMIZER_STATE, self.master.optimizer_state(), {"version": self.master.version})
 
     # -- resume -------------------------------------------------------------------------------
     def resume_or_init(self) -> bool:
@@ -336,7 +357,7 @@ class Trainer:
             self.cost.components[comp] = dict(c)
         self.master.publish(self.rs, allow_rewind=True)
         if self.learners_publish:
-            self.rs.put_state("optimizer", self.master.optimizer_state(), {"version": self.master.version})
+            self._save_optimizer_state()
         return True
 
     def log_applied(self, dedupe_ids: list[str], version: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from test_handlers import ev, sample  # the same directory (rootdir-relative imports)
 
-from functions import learner
+from functions import actor, learner
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, PolicySpec
 from functions.policy import init_policy
@@ -196,7 +196,6 @@ def test_a_learner_invocation_equals_the_lean_ppo_update(run_store, redis_url):
 
 def _rollout(rs: RunStore, redis_url: str, k: int) -> list[str]:
     """One actor invocation whose noise depends on ``k`` only (not on the run id)."""
-    from functions import actor
     out = actor.handler(ev(rs, redis_url, env_id="CartPole-v1", n_envs=4, steps=32, seed=k,
                            invocation_id=f"a-{k}"))
     return [out["trajectory_id"]]
