@@ -34,7 +34,13 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     set_threads()
     t0 = time.perf_counter()
     rs = run_store(ev.redis_url, ev.run_id)
-    pol, cached = POLICIES.get(rs, ev.policy_version)
+    # An async actor (refresh_steps > 0) samples with the newest weights there are: a
+    # publishing learner's preview of the next version when it has one.
+    refreshing = bool(ev.refresh_steps)
+    if refreshing and ev.policy_version == "latest":
+        pol, cached = POLICIES.newest(rs)
+    else:
+        pol, cached = POLICIES.get(rs, ev.policy_version)
     t_fetch = time.perf_counter()
 
     wenv, _ = warm_env(ev.run_id, ev.env_id, ev.n_envs, ev.seed)
@@ -45,7 +51,7 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
             f"{pol.model.action_space}); env {ev.env_id!r} has obs_dim {wenv.info.obs_dim}, "
             f"actions {wenv.info.action_space}"
         )
-    refresh = (lambda: POLICIES.get(rs, "latest")[0]) if ev.refresh_steps else None
+    refresh = (lambda: POLICIES.newest(rs)[0]) if refreshing else None
     try:
         traj = rollout(wenv, pol, ev, refresh)
     except BaseException:
@@ -60,8 +66,10 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
         "trajectory_id": traj_id,
         "behaviour_version": traj.behaviour_version,
         "behaviour_version_last": int(traj.versions[-1]),
-        # a rollout that picked up newer versions is as old as its steps are on average
-        "behaviour_version_mean": float(np.mean(traj.versions)),
+        # a rollout that picked up newer weights is as old as its steps are on average; a
+        # step with a preview counts as its base version plus the preview's progress
+        "behaviour_version_mean": traj.version_mean,
+        "preview_steps": traj.preview_steps * traj.n_envs,  # env steps
         "steps": ev.n_envs * ev.steps,
         "episodes": len(traj.episode_returns),
         "episode_returns": traj.episode_returns,
@@ -94,11 +102,14 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
     policy every ``refresh_steps`` steps and samples on with it — a rollout then spans
     versions, each step tagged with its own (``step_versions``), so its data is on average
     half a rollout fresher. Log-probs, values, normalisation and reward scale are those of
-    the version that took the step, so the learner's importance ratios stay exact.
+    the version that took the step, so the learner's importance ratios stay exact. A preview
+    (a publishing learner's weights part-way through an update) is tagged with the version
+    it updates, and its progress past it is averaged into ``preview_progress``.
     """
     n, steps, dim = ev.n_envs, ev.steps, wenv.info.obs_dim
     gen = _generator(ev.seed, ev.invocation_id)
     step_versions = np.full(steps, pol.version, dtype=np.int64)
+    step_progress = np.zeros(steps, dtype=np.float64)
 
     raw_obs = np.zeros((steps, n, dim), dtype=np.float64)
     obs = np.zeros((steps, n, dim), dtype=np.float32)
@@ -129,11 +140,11 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
     for t in range(steps):
         if refresh is not None and t and t % ev.refresh_steps == 0:
             newer = refresh()
-            if newer.version != pol.version:
+            if newer.token != pol.token:
                 pol = newer
                 model, spec, reward_scale, mean, inv_std = behaviour(pol)
                 lo, hi = -spec.obs_clip, spec.obs_clip
-        step_versions[t] = pol.version
+        step_versions[t], step_progress[t] = pol.version, pol.progress
         raw_obs[t] = cur
         if spec.obs_norm:
             obs[t] = np.minimum(np.maximum((cur - mean) * inv_std, lo), hi)
@@ -211,4 +222,6 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
         obs_stats=obs_stats,
         ret_stats=ret_stats,
         step_versions=step_versions if step_versions[-1] != step_versions[0] else None,
+        preview_progress=float(step_progress.mean()),
+        preview_steps=int(np.count_nonzero(step_progress)),
     )

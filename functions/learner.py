@@ -10,12 +10,13 @@ the newest published version before each minibatch.
 
 ``update`` mode (sync rounds; async with ``learner_publishes``): the same loop applying Adam
 steps locally, starting from the latest version and the Adam state kept in the store; then
-publish ``target_version``.
+publish ``target_version``. With ``previews`` (async) the weights after each epoch but the
+last are stored as a preview of it, which refreshing actors sample with meanwhile.
 
 Timings: ``fetch_s`` (trajectories, weights, the in-flight versions), ``compute_s``,
 ``write_s`` (gradient mode: only the part of the streaming not overlapped with compute, since
-a background thread sends each gradient while the next one is computed; update mode: publish
-and optimizer-state save), ``total_s``.
+a background thread sends each gradient while the next one is computed; update mode: the
+previews, the publish and the optimizer-state save), ``total_s``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from functions.policy import (
 from functions.policy import policy_tensors as to_tensors
 from functions.warm import CachedPolicy, PolicyCache, run_store, same_shape, set_threads
 from store import Applied, PolicySnapshot, RunStore
-from store.errors import VersionNotFound
+from store.errors import StoreError, VersionNotFound
 
 POLICIES = PolicyCache()
 OPTIMIZER_STATE = "optimizer"
@@ -600,10 +601,23 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     device = adam.flat.device
     graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm, adam.optimizer, adam.flat)
                if can_graph(device, ev.cuda_graph, hyper.is_correction == "vtrace") else None)
-    steps = 0
+    obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
+    ret_rms = RunningMeanStd.from_dict(ev.ret_stats) if ev.ret_stats else pol.ret_rms
+    steps, previews, preview_s, preview = 0, 0, 0.0, ev.previews
     for epoch in range(hyper.update_epochs):
         if epoch and hyper.is_correction == "vtrace":
             batch = build_batch(model, groups, hyper, others)
+        if epoch and preview:
+            # Async actors sample on while this update runs: give them its weights so far
+            # (the store drops it if start_version is no longer the latest).
+            tp = time.perf_counter()
+            try:
+                previews += rs.params.publish_preview(
+                    start_version, epoch, hyper.update_epochs, ev.invocation_id,
+                    to_tensors(model, obs_rms, ret_rms), policy_meta(model))
+            except StoreError:
+                preview = False  # only a fresher behaviour policy: never fail the update
+            preview_s += time.perf_counter() - tp
         minibatches = _minibatches(len(batch), hyper, gen)
         if graphed is not None:
             for idx in _on_device(minibatches, device):
@@ -616,8 +630,6 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     adam.zero_grad()
 
     tw = time.perf_counter()
-    obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
-    ret_rms = RunningMeanStd.from_dict(ev.ret_stats) if ev.ret_stats else pol.ret_rms
     try:
         rs.params.publish(target, to_tensors(model, obs_rms, ret_rms), policy_meta(model),
                           state=(OPTIMIZER_STATE, adam.state_arrays(), {"version": target}))
@@ -630,5 +642,6 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     out["compiled"] = loss_fn.compiled
     out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
     out.update({"published_version": target, "optimizer_steps": steps, "gradients": 0,
-                "versions_used": [start_version], "_write_s": time.perf_counter() - tw})
+                "versions_used": [start_version], "previews": previews,
+                "_write_s": time.perf_counter() - tw + preview_s})
     return out

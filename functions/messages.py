@@ -147,6 +147,9 @@ class LearnerEvent(_Event):
     compile: bool = False
     # On CUDA: each minibatch step as one CUDA graph replay (functions/graphed.py)
     cuda_graph: bool = True
+    # Update mode: store the weights after each epoch but the last as a preview of
+    # target_version (ParamStore.publish_preview), for async actors that refresh mid-rollout
+    previews: bool = False
 
     @field_validator("obs_stats", "ret_stats")
     @classmethod
@@ -249,6 +252,10 @@ class Trajectory:
     # [T] int64: the version that sampled each step when the actor picked up newer versions
     # mid-rollout; None: every step by ``behaviour_version`` (then the oldest of them).
     step_versions: np.ndarray | None = None
+    # Mean over steps of how far past its version each step's weights were: a step sampled
+    # with a publishing learner's preview after e of E epochs counts e / E (0: no previews).
+    preview_progress: float = 0.0
+    preview_steps: int = 0  # time steps (rows of T) sampled with a preview
 
     @property
     def steps(self) -> int:
@@ -260,6 +267,12 @@ class Trajectory:
         if self.step_versions is not None:
             return self.step_versions
         return np.full(self.steps, self.behaviour_version, dtype=np.int64)
+
+    @property
+    def version_mean(self) -> float:
+        """How old the data is, exactly: the mean version of its steps, a preview counting
+        as its base version plus its progress (what staleness is measured from)."""
+        return float(np.mean(self.versions)) + self.preview_progress
 
     @property
     def n_envs(self) -> int:
@@ -277,6 +290,8 @@ class Trajectory:
             "episode_lengths": [int(x) for x in self.episode_lengths],
             "obs_stats": self.obs_stats,
             "ret_stats": self.ret_stats,
+            "preview_progress": float(self.preview_progress),
+            "preview_steps": int(self.preview_steps),
         }
 
     def to_blob(self) -> bytes:
@@ -318,6 +333,8 @@ class Trajectory:
             invocation_id=str(meta.get("invocation_id", "")),
             episode_returns=list(meta.get("episode_returns", [])),
             episode_lengths=list(meta.get("episode_lengths", [])),
+            preview_progress=float(meta.get("preview_progress", 0.0)),
+            preview_steps=int(meta.get("preview_steps", 0)),
             obs_stats=dict(meta.get("obs_stats", {})),
             ret_stats=dict(meta.get("ret_stats", {})),
         )

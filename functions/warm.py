@@ -61,6 +61,15 @@ class CachedPolicy:
     obs_rms: RunningMeanStd
     ret_rms: RunningMeanStd
     meta: dict[str, Any]
+    token: str = ""  # PolicySnapshot.token: the version, or a preview's stamp
+    progress: float = 0.0  # PolicySnapshot.progress: 0 for a version
+
+    def __post_init__(self) -> None:
+        self.token = self.token or str(self.version)
+
+    @property
+    def is_preview(self) -> bool:
+        return self.token != str(self.version)
 
 
 def same_shape(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -101,14 +110,28 @@ class PolicyCache:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
-        known = entry.version if entry is not None else None
+        # A preview is no version: asked for one, refetch it whole.
+        plain = entry if entry is not None and not entry.is_preview else None
+        known = plain.version if plain is not None else None
         if want == "latest":
             snap = rs.params.fetch_if_newer(known)  # one round trip either way
-        elif entry is not None and entry.version == int(want):
+        elif plain is not None and plain.version == int(want):
             snap = None
         else:
             snap = rs.params.get(int(want))
         if snap is None and entry is not None:
+            return entry, True
+        assert snap is not None
+        return self._load(key, entry, snap, device), False
+
+    def newest(self, rs: RunStore, device: torch.device | str = "cpu") -> tuple[CachedPolicy, bool]:
+        """(policy, cached) for an async actor: the newest behaviour policy, a learner's
+        preview of the next version when there is one (ParamStore.fetch_newest)."""
+        key = self._key(rs)
+        entry = self._entries.get(key)
+        snap = rs.params.fetch_newest(entry.token if entry is not None else None)
+        if snap is None and entry is not None:
+            self._entries.move_to_end(key)
             return entry, True
         assert snap is not None
         return self._load(key, entry, snap, device), False
@@ -132,7 +155,8 @@ class PolicyCache:
         obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
         if next(model.parameters()).device != torch.device(device):
             model.to(device)
-        new = CachedPolicy(snap.version, model, obs_rms, ret_rms, dict(snap.meta))
+        new = CachedPolicy(snap.version, model, obs_rms, ret_rms, dict(snap.meta),
+                           snap.token, snap.progress)
         self._entries[key] = new
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_runs:
@@ -145,6 +169,7 @@ class PolicyCache:
         entry = self._entries.get(self._key(rs))
         if entry is not None:
             entry.version, entry.obs_rms, entry.ret_rms = int(version), obs_rms, ret_rms
+            entry.token, entry.progress = str(int(version)), 0.0
 
     def invalidate(self, rs: RunStore) -> None:
         self._entries.pop(self._key(rs), None)

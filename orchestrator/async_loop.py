@@ -180,7 +180,10 @@ class AsyncTrainer(Trainer):
                 v_pub = self.master.published_version
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
             if cfg.publishing_learner:
-                event = self.update_event([t.traj_id for t in batch], v_now, self.learner_hyper())
+                # previews only help actors that look for newer weights mid-rollout
+                previews = cfg.learner_previews and cfg.actor_refresh_steps > 0
+                event = self.update_event([t.traj_id for t in batch], v_now, self.learner_hyper(),
+                                          previews=previews)
                 self._submit_learner(learners, _Learner(event, batch, v_now))
                 continue
             in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]

@@ -116,6 +116,15 @@ class TrainConfig(BaseModel):
         "learners in flight together send gradients for the aggregator to combine. None "
         "(default): publish when learners = 1."
     )
+    learner_previews: bool = Field(
+        True, description="Async with a publishing learner: it also stores its weights after "
+        "each epoch but the last as a preview of the next version, and actors that refresh "
+        "mid-rollout (actor_refresh_steps) sample with the newest preview until that version "
+        "is out. The steps sampled while the learner works then come from a policy part of "
+        "the way to the next version, not from the one before it: the data's age in updates "
+        "falls (staleness_mean counts a preview after e of E epochs as e / E of a version) "
+        "for one small store write per epoch."
+    )
     gradients_per_message: int = Field(
         32, ge=1, le=64, description="Consecutive gradients a learner sends as one stream "
         "message (still applied one Adam step each): the encode, the Redis round trip and the "

@@ -39,6 +39,8 @@ class Counters:
     grads_applied: int = 0
     lookahead_rebases: int = 0  # mid-invocation rebases of look-ahead learners
     learners_eager: int = 0  # learner invocations that ran the loss eagerly (not compiled)
+    preview_steps: int = 0  # env steps sampled with a publishing learner's preview
+    previews: int = 0  # previews publishing learners stored (learner_previews)
     traj_staleness: list[float] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -133,10 +135,12 @@ class Trainer:
             refresh_steps=self.cfg.actor_refresh_steps if self.cfg.mode == "async" else 0,
         ).to_event()
 
-    def update_event(self, trajectory_ids: list[str], version: int, hyper: PPOHyper) -> dict[str, Any]:
+    def update_event(self, trajectory_ids: list[str], version: int, hyper: PPOHyper,
+                     previews: bool = False) -> dict[str, Any]:
         """A publishing learner's event (sync rounds, async with one learner): update
         ``version`` (the store's latest) with these trajectories, with the master's Adam
-        settings, and publish ``version + 1`` with the master's normaliser statistics."""
+        settings, and publish ``version + 1`` with the master's normaliser statistics
+        (``previews``: and its weights after each epoch, for actors sampling meanwhile)."""
         with self.lock:
             obs_stats, ret_stats = self.master.obs_rms.to_dict(), self.master.ret_rms.to_dict()
         return LearnerEvent(
@@ -145,7 +149,7 @@ class Trainer:
             versions_in_flight=[version], hyper=hyper, target_version=version + 1,
             obs_stats=obs_stats, ret_stats=ret_stats, device=self.cfg.device, seed=self.next_seed(),
             master_adam_betas=self.adam_betas, compile=self.cfg.learner_compile,
-            cuda_graph=self.cfg.learner_cuda_graphs,
+            cuda_graph=self.cfg.learner_cuda_graphs, previews=previews,
         ).to_event()
 
     def record_cost(self, result: InvocationResult) -> None:
@@ -166,6 +170,7 @@ class Trainer:
         with self.lock:
             self.counters.env_steps += int(payload["steps"])
             self.counters.episodes += int(payload.get("episodes", 0))
+            self.counters.preview_steps += int(payload.get("preview_steps", 0))
             self.recent_returns.extend(float(r) for r in payload.get("episode_returns", []))
             self.recent_lengths.extend(int(n) for n in payload.get("episode_lengths", []))
             self.master.merge_stats(payload.get("obs_stats"), payload.get("ret_stats"))
@@ -176,6 +181,7 @@ class Trainer:
                 if k.startswith("losses/") and isinstance(v, int | float):
                     self.recent_stats[k] = float(v)
             self.counters.lookahead_rebases += int(payload.get("lookahead_rebases", 0))
+            self.counters.previews += int(payload.get("previews", 0))
             # asked to compile and could not (no C++ compiler...): worth seeing in the summary
             if self.cfg.learner_compile and payload.get("compiled") is False:
                 self.counters.learners_eager += 1
@@ -382,6 +388,7 @@ class Trainer:
             "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
             "learner_gave_up": c.learner_gave_up, "grads_applied": c.grads_applied,
             "lookahead_rebases": c.lookahead_rebases,
+            "previews": c.previews, "preview_steps": c.preview_steps,
             "learners_eager": c.learners_eager,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},

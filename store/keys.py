@@ -60,6 +60,17 @@ class RunKeys:
         published version (written with the version, read by learners that look ahead)."""
         return f"{self.prefix}:params:applied"
 
+    @property
+    def params_preview(self) -> str:
+        """The weights a publishing learner has part-way through an update (after some of its
+        epochs): not a version, a fresher behaviour policy for async actors."""
+        return f"{self.prefix}:params:preview"
+
+    @property
+    def params_preview_stamp(self) -> str:
+        """``"<base version>:<invocation>:<epoch>"`` of the preview blob (set with it)."""
+        return f"{self.prefix}:params:preview:stamp"
+
     # -- streams -------------------------------------------------------------------------
     def stream(self, name: str) -> str:
         return f"{self.prefix}:{name}"

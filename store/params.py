@@ -68,6 +68,33 @@ if cur == ARGV[1] then return {cur} end
 return {cur, redis.call('GET', KEYS[2])}
 """
 
+# KEYS: latest, preview, preview_stamp  ARGV: base version, stamp, blob.  A preview of an update
+# that is no longer the latest's (its learner lost a race with a retry, or published since) is
+# dropped: 0.
+_PUBLISH_PREVIEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[2])
+return 1
+"""
+
+# KEYS: latest, latest_blob, preview, preview_stamp  ARGV: known token ('' = none).
+# The newest behaviour policy: a preview part-way through updating the latest version if there
+# is one, else the latest version.  Returns {} when nothing is published, {token} when the
+# caller has it, else {token, blob}; a token is a version or a preview's stamp.
+_FETCH_NEWEST = """
+local cur = redis.call('GET', KEYS[1])
+if not cur then return {} end
+local stamp = redis.call('GET', KEYS[4])
+if stamp and string.sub(stamp, 1, #cur + 1) == cur .. ':' then
+  if stamp == ARGV[1] then return {stamp} end
+  local blob = redis.call('GET', KEYS[3])
+  if blob then return {stamp, blob} end
+end
+if cur == ARGV[1] then return {cur} end
+return {cur, redis.call('GET', KEYS[2])}
+"""
+
 # KEYS: latest or latest_blob, applied(hash)  ARGV: lineage.  Returns {value, "seq:version"}
 # read together ('' = none; a nil would end the reply array early).
 _WITH_APPLIED = """
@@ -92,6 +119,19 @@ class PolicySnapshot:
     version: int
     tensors: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
+    stamp: str | None = None  # a preview's (see ParamStore.publish_preview); None: a version
+
+    @property
+    def token(self) -> str:
+        """What identifies these weights among everything the store has published."""
+        return self.stamp or str(self.version)
+
+    @property
+    def progress(self) -> float:
+        """How far towards ``version + 1``: a preview after e of E epochs is e / E of the way
+        (the fraction of the update's Adam steps it holds), a version 0."""
+        epoch, epochs = self.meta.get("preview", (0, 1))
+        return float(epoch) / float(epochs)
 
 
 class ParamStore:
@@ -106,6 +146,8 @@ class ParamStore:
         self._publish = store.script(_PUBLISH)
         self._fetch_latest = store.script(_FETCH_LATEST)
         self._with_applied = store.script(_WITH_APPLIED)
+        self._publish_preview = store.script(_PUBLISH_PREVIEW)
+        self._fetch_newest = store.script(_FETCH_NEWEST)
 
     def publish(
         self,
@@ -147,6 +189,45 @@ class ParamStore:
                 )
             )
         )
+
+    def publish_preview(self, base_version: int, epoch: int, epochs: int, invocation_id: str,
+                        tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> bool:
+        """Store the weights of an update of ``base_version`` after ``epoch`` of its
+        ``epochs`` epochs, for async actors to sample with until ``base_version + 1`` is out.
+
+        Not a version: nothing reads it as one (``latest``, ``get`` and checkpoints never see
+        it), only :meth:`fetch_newest`, and only while ``base_version`` is still the latest.
+        Blob and stamp are set in one step; returns False (nothing written) when
+        ``base_version`` is no longer the latest.
+        """
+        if not 0 < int(epoch) < int(epochs):
+            raise ValueError(f"a preview is after epoch 1..{int(epochs) - 1}, got {epoch}")
+        doc = {**dict(meta or {}), "version": int(base_version),
+               "preview": [int(epoch), int(epochs)]}
+        stamp = f"{int(base_version)}:{invocation_id}:{int(epoch)}"
+        blob = serde.encode(tensors, doc)
+        keys = [self.keys.params_latest, self.keys.params_preview, self.keys.params_preview_stamp]
+        return bool(self.store.call(lambda r: self._publish_preview(
+            keys=keys, args=[int(base_version), stamp, blob], client=r)))
+
+    def fetch_newest(self, known_token: str | None) -> PolicySnapshot | None:
+        """The newest behaviour policy — a preview of the latest version's update, else the
+        latest version — or ``None`` when it is still ``known_token`` (one round trip)."""
+        keys = [self.keys.params_latest, self.keys.params_latest_blob,
+                self.keys.params_preview, self.keys.params_preview_stamp]
+        reply = self.store.call(
+            lambda r: self._fetch_newest(keys=keys, args=[known_token or ""], client=r))
+        if not reply:
+            raise VersionNotFound(f"no policy published yet for run {self.keys.run_id!r}")
+        if len(reply) == 1:
+            return None
+        token, blob = reply
+        token = token.decode() if isinstance(token, bytes) else str(token)
+        tensors, meta = serde.decode(blob)
+        if ":" not in token:
+            return PolicySnapshot(version=int(token), tensors=tensors, meta=meta)
+        return PolicySnapshot(version=int(token.split(":", 1)[0]), tensors=tensors, meta=meta,
+                              stamp=token)
 
     def latest_version(self) -> int | None:
         """One GET: the cheap check warm caches make before deciding to refetch."""

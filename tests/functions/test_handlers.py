@@ -153,6 +153,41 @@ def test_actor_refresh_picks_up_a_newer_version_mid_rollout(run_store, redis_url
     assert fixed["behaviour_version"] == fixed["behaviour_version_last"] == 0
 
 
+def test_actor_samples_with_a_publishing_learners_preview(run_store, redis_url):
+    """A preview of version 1 (weights after 4 of 10 epochs) is what a refreshing actor
+    samples with once it finds it: tagged version 0 with 0.4 of progress, the log-probs
+    those of the preview's weights; an actor asked for version 0 itself gets version 0."""
+    publish_init(run_store, "Pendulum-v1")
+    v0 = run_store.params.get(0)
+    model = build_policy(v0.meta)
+    obs_rms, ret_rms = load_policy_tensors(model, v0.tensors)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.4)
+    assert run_store.params.publish_preview(0, 4, 10, "u-x", to_tensors(model, obs_rms, ret_rms),
+                                            policy_meta(model))
+    e = ev(run_store, redis_url, env_id="Pendulum-v1", n_envs=2, steps=24, policy_version=0,
+           refresh_steps=8, invocation_id="a-preview")
+    out = actor.handler(e)
+    (entry,) = run_store.traj.get([out["trajectory_id"]])
+    tr = Trajectory.from_blob(entry.blob)
+    assert tr.step_versions is None and tr.behaviour_version == 0  # all steps tagged 0
+    assert (tr.preview_steps, out["preview_steps"]) == (16, 32)
+    assert tr.preview_progress == pytest.approx(16 / 24 * 0.4)
+    assert out["behaviour_version_mean"] == pytest.approx(tr.version_mean)
+    with torch.no_grad():
+        logp, _ = model.log_prob_entropy(torch.from_numpy(tr.obs[8:]),
+                                         torch.from_numpy(tr.actions[8:]))
+    np.testing.assert_allclose(logp.numpy(), tr.logprobs[8:], atol=1e-5)
+    # a warm actor holding the preview, asked for version 0 (a sync round): version 0
+    pinned = actor.handler({**e, "refresh_steps": 0, "invocation_id": "a-pinned"})
+    (entry,) = run_store.traj.get([pinned["trajectory_id"]])
+    assert Trajectory.from_blob(entry.blob).preview_steps == 0 and not pinned["cached"]
+    # asked for the latest with refresh on: the preview from the first step
+    fresh = actor.handler({**e, "policy_version": "latest", "invocation_id": "a-fresh"})
+    assert fresh["preview_steps"] == 48 and fresh["behaviour_version_mean"] == pytest.approx(0.4)
+
+
 def test_actor_episodes_continue_across_warm_invocations(run_store, redis_url):
     publish_init(run_store, "Pendulum-v1")
     e = ev(run_store, redis_url, env_id="Pendulum-v1", n_envs=1, steps=150)
@@ -347,6 +382,43 @@ def test_update_mode_publishes_and_keeps_adam_state(run_store, redis_url):
     with pytest.raises(learner.StalePublish, match="version 2"):
         learner.handler(ev(run_store, redis_url, mode="update", trajectory_ids=ids,
                            target_version=2, hyper=hyper))
+
+
+def test_update_mode_previews_change_nothing_but_the_preview(redis_url, monkeypatch):
+    """With previews the update publishes the same version bit for bit, and stores its
+    weights after each epoch but the last as a preview of it while it runs."""
+    from store import ParamStore, RunStore, Store
+
+    stamps: list[str] = []
+    orig = ParamStore.publish_preview
+
+    def spy(self, *a, **k):
+        ok = orig(self, *a, **k)
+        stamps.append(self.fetch_newest(None).token)
+        return ok
+
+    monkeypatch.setattr(ParamStore, "publish_preview", spy)
+    published = []
+    for previews in (False, True):
+        rs = RunStore(Store(redis_url), f"preview-{previews}-{np.random.randint(1 << 30)}")
+        try:
+            publish_init(rs, "CartPole-v1")
+            ids = [actor.handler(ev(rs, redis_url, env_id="CartPole-v1", n_envs=4, steps=32,
+                                    seed=i, invocation_id=f"a-{i}"))["trajectory_id"]
+                   for i in range(2)]
+            learner.POLICIES.clear()
+            out = learner.handler(ev(rs, redis_url, mode="update", trajectory_ids=ids, seed=3,
+                                     target_version=1, previews=previews, invocation_id="u-p",
+                                     hyper={"update_epochs": 3, "num_minibatches": 4}))
+            assert out["previews"] == (2 if previews else 0)
+            published.append(rs.params.latest().tensors)
+            assert rs.params.fetch_newest(None).token == "1"  # type: ignore[union-attr]
+        finally:
+            rs.clear()
+    assert stamps == ["0:u-p:1", "0:u-p:2"]
+    assert published[0].keys() == published[1].keys()
+    for name in published[0]:
+        np.testing.assert_array_equal(published[0][name], published[1][name])
 
 
 # -- errors ----------------------------------------------------------------------------------

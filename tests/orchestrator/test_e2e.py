@@ -123,6 +123,11 @@ def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) ->
     assert set(summary["staleness_hist"]["traj"]) <= {"0", "1"}, summary["staleness_hist"]
     billing = summary["backend_billing"]["functions"]
     assert billing["stellaris-learner"]["invocations"] == summary["version"]
+    # each update stored a preview after its first of two epochs for the actors (refreshing
+    # every 32 steps) to sample with while it ran; a preview counts its progress in the age
+    assert summary["previews"] == summary["version"]
+    assert 0 <= summary["preview_steps"] <= summary["env_steps"]
+    assert 0 <= summary["staleness_mean"]["traj"] <= 1
 
 
 def test_publishing_learners_need_to_be_alone() -> None:

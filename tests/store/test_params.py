@@ -84,6 +84,39 @@ def test_a_state_blob_is_published_with_its_version_or_not_at_all(store: Store, 
     assert rs.get_state("none") is None
 
 
+def test_a_preview_is_the_newest_behaviour_policy_until_its_version_is_out(
+        store: Store, run_id: str) -> None:
+    """A publishing learner's weights part-way through updating the latest version: what
+    fetch_newest serves until the next version lands, and never a version to anyone else."""
+    ps = ParamStore(store, run_id)
+    ps.publish(4, _tensors(4))
+    assert ps.fetch_newest(None).token == "4"  # type: ignore[union-attr]
+    assert ps.fetch_newest("4") is None
+    assert ps.publish_preview(4, 3, 10, "u-1", _tensors(4.3))
+    snap = ps.fetch_newest("4")
+    assert snap is not None and (snap.version, snap.token, snap.progress) == (4, "4:u-1:3", 0.3)
+    assert snap.tensors["actor.0.weight"][0, 0] == np.float32(4.3)
+    assert ps.fetch_newest("4:u-1:3") is None
+    # not a version: latest, get and fetch_if_newer never see it
+    assert ps.latest().tensors["actor.0.weight"][0, 0] == 4 and ps.fetch_if_newer(4) is None
+    assert ps.get(4).tensors["actor.0.weight"][0, 0] == 4
+    # the version it previews lands: the preview is stale and served no more
+    ps.publish(5, _tensors(5))
+    newest = ps.fetch_newest("4:u-1:3")
+    assert newest is not None and (newest.token, newest.progress) == ("5", 0.0)
+    # a preview of a version that is no longer the latest is dropped (a learner that lost
+    # a race with its retry)
+    assert not ps.publish_preview(4, 5, 10, "u-1", _tensors(4.5))
+    assert ps.fetch_newest("5") is None
+    with pytest.raises(ValueError, match="epoch 1..9"):
+        ps.publish_preview(5, 10, 10, "u-2", _tensors(5))
+
+
+def test_fetch_newest_before_anything_is_published(store: Store, run_id: str) -> None:
+    with pytest.raises(VersionNotFound):
+        ParamStore(store, run_id).fetch_newest(None)
+
+
 def test_atomic_publish_under_concurrent_readers(store: Store, run_id: str) -> None:
     """Readers hammer latest() while a writer publishes with a tiny retention window."""
     ps = ParamStore(store, run_id, keep=1)
