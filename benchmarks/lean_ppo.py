@@ -23,7 +23,6 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -43,6 +42,7 @@ from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
 from functions.policy import flatten_parameters, init_policy  # noqa: E402
 from functions.ppo import annealed_lr  # noqa: E402
+from functions.warm import CachedPolicy  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
 
 
@@ -84,8 +84,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     model, _ = init_policy(env_id, spec, seed)
     adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS, betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)
-    pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
-                          ret_rms=RunningMeanStd(()))
+    # the actor's own policy type, so the rollout is the actor's code path exactly
+    pol = CachedPolicy(0, model, RunningMeanStd((model.obs_dim,)), RunningMeanStd(()), {})
     gen = torch.Generator()
     gen.manual_seed(seed)
     setup_s = time.perf_counter() - t_setup
@@ -109,8 +109,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     # extrapolate: actors sample with a guess at the next weights (a copy; normalisers shared)
     sampler = pol
     if extrapolate or publish_epoch is not None:
-        sampler = SimpleNamespace(model=copy.deepcopy(model), version=0, obs_rms=pol.obs_rms,
-                                  ret_rms=pol.ret_rms)
+        sampler = CachedPolicy(0, copy.deepcopy(model), pol.obs_rms, pol.ret_rms, {})
         sample_flat, _ = flatten_parameters(sampler.model)
         before_update = adam.flat.detach().clone()
     while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):

@@ -61,15 +61,17 @@ class CachedPolicy:
     obs_rms: RunningMeanStd
     ret_rms: RunningMeanStd
     meta: dict[str, Any]
-    token: str = ""  # PolicySnapshot.token: the version, or a preview's stamp
+    stamp: str | None = None  # PolicySnapshot.stamp: a preview's; None for a version
     progress: float = 0.0  # PolicySnapshot.progress: 0 for a version
 
-    def __post_init__(self) -> None:
-        self.token = self.token or str(self.version)
+    @property
+    def token(self) -> str:
+        """PolicySnapshot.token: the version, or a preview's stamp."""
+        return self.stamp or str(self.version)
 
     @property
     def is_preview(self) -> bool:
-        return self.token != str(self.version)
+        return self.stamp is not None
 
 
 def same_shape(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -156,7 +158,7 @@ class PolicyCache:
         if next(model.parameters()).device != torch.device(device):
             model.to(device)
         new = CachedPolicy(snap.version, model, obs_rms, ret_rms, dict(snap.meta),
-                           snap.token, snap.progress)
+                           snap.stamp, snap.progress)
         self._entries[key] = new
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_runs:
@@ -169,7 +171,7 @@ class PolicyCache:
         entry = self._entries.get(self._key(rs))
         if entry is not None:
             entry.version, entry.obs_rms, entry.ret_rms = int(version), obs_rms, ret_rms
-            entry.token, entry.progress = str(int(version)), 0.0
+            entry.stamp, entry.progress = None, 0.0
 
     def invalidate(self, rs: RunStore) -> None:
         self._entries.pop(self._key(rs), None)

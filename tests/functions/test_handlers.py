@@ -421,6 +421,28 @@ def test_update_mode_previews_change_nothing_but_the_preview(redis_url, monkeypa
         np.testing.assert_array_equal(published[0][name], published[1][name])
 
 
+def test_a_failed_preview_never_fails_the_update(run_store, redis_url, monkeypatch):
+    """A preview is only a fresher behaviour policy: a store error writing one stops the
+    previews of that invocation, and the update still publishes its version."""
+    from store import ParamStore
+    from store.errors import StoreUnavailable
+
+    calls = []
+
+    def down(self, *a, **k):
+        calls.append(a)
+        raise StoreUnavailable("redis://127.0.0.1:1", ConnectionError("outage"))
+
+    monkeypatch.setattr(ParamStore, "publish_preview", down)
+    publish_init(run_store, "CartPole-v1")
+    ids = sample(run_store, redis_url, n=1)
+    out = learner.handler(ev(run_store, redis_url, mode="update", trajectory_ids=ids,
+                             target_version=1, previews=True,
+                             hyper={"update_epochs": 4, "num_minibatches": 2}))
+    assert out["published_version"] == 1 and out["previews"] == 0 and len(calls) == 1
+    assert run_store.params.latest_version() == 1
+
+
 # -- errors ----------------------------------------------------------------------------------
 def test_bad_events_fail_before_any_work():
     nowhere = "redis://127.0.0.1:1/0"  # would hang in retries if the handler touched it

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from functions.messages import ActorEvent, LearnerEvent, PolicySpec
 from functions.normalizer import RunningMeanStd
 from functions.policy import build_policy, init_policy, load_policy_tensors
 from functions.ppo import annealed_lr
+from functions.warm import CachedPolicy
 from orchestrator.config import load_config
 from orchestrator.invokers import inline
 from orchestrator.run import train
@@ -62,8 +62,7 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
     model, _ = init_policy("Pendulum-v1", spec, 3)
     adam = FlatAdam(model, lr=cfg.hyper.learning_rate, eps=L.ADAM_EPS)
     wenv = WarmEnv("Pendulum-v1", 4, ActorEvent(**actors[0]).seed)
-    pol = SimpleNamespace(model=model, version=0, obs_rms=RunningMeanStd((model.obs_dim,)),
-                          ret_rms=RunningMeanStd(()))
+    pol = CachedPolicy(0, model, RunningMeanStd((model.obs_dim,)), RunningMeanStd(()), {})
     rs = RunStore(Store(redis_url), run_id)
     for k in range(rounds):
         traj = rollout(wenv, pol, ActorEvent(**actors[k]))
