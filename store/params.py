@@ -9,7 +9,7 @@ blob that is not there, and eviction of old versions happens in the same step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -223,11 +223,9 @@ class ParamStore:
             return None
         token, blob = reply
         token = token.decode() if isinstance(token, bytes) else str(token)
-        tensors, meta = serde.decode(blob)
-        if ":" not in token:
-            return PolicySnapshot(version=int(token), tensors=tensors, meta=meta)
-        return PolicySnapshot(version=int(token.split(":", 1)[0]), tensors=tensors, meta=meta,
-                              stamp=token)
+        base, is_preview, _ = token.partition(":")
+        snap = self._snapshot(int(base), blob)
+        return replace(snap, stamp=token) if is_preview else snap
 
     def latest_version(self) -> int | None:
         """One GET: the cheap check warm caches make before deciding to refetch."""
