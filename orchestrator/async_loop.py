@@ -27,7 +27,7 @@ from orchestrator.aggregator import AggregationRule, StalenessAggregator
 from orchestrator.invokers.base import InvocationResult
 from orchestrator.pacer import RolloutPacer
 from orchestrator.scaler import ActorScaler
-from orchestrator.trainer import Trainer
+from orchestrator.trainer import MISSING_TRAJECTORY, Trainer
 from store import CorruptBlob, StoreError
 
 GROUP = "aggregator"
@@ -211,6 +211,11 @@ class AsyncTrainer(Trainer):
             # It published its version and failed before answering (killed, timed out, or a
             # retry refused as stale): the update is done, and must not run again.
             self._adopt(None)
+            self._release(job)
+            return
+        if res.error_type == MISSING_TRAJECTORY:
+            # The store lost the batch (a Redis restart): no retry can read it back.
+            self.counters.learner_batches_lost += 1
             self._release(job)
             return
         if job.attempts <= self.cfg.max_retries and not self.done():

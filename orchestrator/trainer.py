@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from functions.learner import OPTIMIZER_STATE
+from functions.learner import OPTIMIZER_STATE, MissingTrajectory
 from functions.messages import ActorEvent, EvaluatorEvent, LearnerEvent, PPOHyper
 from functions.ppo import annealed_lr
 from orchestrator.checkpoint import Checkpointer
@@ -26,6 +26,9 @@ from orchestrator.master import MasterPolicy
 from orchestrator.metrics import MetricsLog, Progress
 from store import RunStore, StoreError
 
+# the error type a learner reports when the store no longer holds its batch
+MISSING_TRAJECTORY = MissingTrajectory.__name__
+
 
 @dataclass
 class Counters:
@@ -34,6 +37,9 @@ class Counters:
     failures: dict[str, int] = field(default_factory=lambda: {"actor": 0, "learner": 0, "evaluator": 0})
     retries: dict[str, int] = field(default_factory=lambda: {"actor": 0, "learner": 0, "evaluator": 0})
     learner_gave_up: int = 0
+    # learner batches dropped because the store no longer held their trajectories (a Redis
+    # restart lost them): a retry would read the same nothing, so they are counted, not retried
+    learner_batches_lost: int = 0
     redis_recoveries: int = 0
     store_errors: int = 0
     grads_applied: int = 0
@@ -386,7 +392,8 @@ class Trainer:
             "version": self.master.version, "wall_s": wall,
             "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),
             "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
-            "learner_gave_up": c.learner_gave_up, "grads_applied": c.grads_applied,
+            "learner_gave_up": c.learner_gave_up, "learner_batches_lost": c.learner_batches_lost,
+            "grads_applied": c.grads_applied,
             "lookahead_rebases": c.lookahead_rebases,
             "previews": c.previews, "preview_steps": c.preview_steps,
             "learners_eager": c.learners_eager,

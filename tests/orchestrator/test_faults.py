@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.run import train
-from store import EmbeddedRedis, RunStore, Store
+from store import EmbeddedRedis, RunKeys, RunStore, Store
 
 SMALL = {
     "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
@@ -108,6 +108,37 @@ def test_redis_restart_mid_run(tmp_path: Path, publishes: bool) -> None:
     assert result["redis_recoveries"] >= 1, result["last_errors"]
     ids = _applied_ids(run_dir)
     assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_lost_trajectories_are_dropped_not_retried(tmp_path: Path, redis_url: str, mode: str) -> None:
+    """Trajectories the store loses (a restarted Redis, an eviction) fail their learner with
+    MissingTrajectory: the batch is counted as lost and the run goes on, no retries burnt."""
+    run_id = f"lost-{mode}-{tmp_path.name}"
+    cfg = load_config(None, {**SMALL, "mode": mode, "backend": "inline", "run_id": run_id,
+                             "run_dir": str(tmp_path / "run"), "redis_url": redis_url,
+                             "total_steps": 8192})
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(train(cfg)))
+    t.start()
+    store = Store(redis_url)
+    traj_key = RunKeys(run_id).traj
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not store.redis.exists(traj_key):
+        time.sleep(0.05)
+    # For four seconds every trajectory is lost a few milliseconds after it lands: learners
+    # dispatched meanwhile find nothing to read.
+    stop = time.monotonic() + 4.0
+    while time.monotonic() < stop and t.is_alive():
+        store.redis.delete(traj_key)
+        time.sleep(0.005)
+    t.join(timeout=180)
+    assert not t.is_alive(), "the run must not block forever"
+    assert result, "train() raised instead of dropping the lost batches"
+    assert result["learner_batches_lost"] >= 1, result["last_errors"]
+    assert result["learner_gave_up"] == 0 and result["retries"]["learner"] == 0
+    assert any("MissingTrajectory" in e for e in result["last_errors"])
+    assert result["env_steps"] >= 8192 and result["version"] >= 1
 
 
 def test_sync_mode_survives_killed_functions(tmp_path: Path, redis_url: str) -> None:
