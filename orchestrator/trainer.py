@@ -28,6 +28,8 @@ from store import RunStore, StoreError
 
 # the error type a learner reports when the store no longer holds its batch
 MISSING_TRAJECTORY = MissingTrajectory.__name__
+# the run-metadata field whose absence means the store forgot the run (see store_guard)
+STORE_MARKER = "orchestrator_marker"
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Trainer:
         self.master = MasterPolicy(cfg.env, cfg.policy, cfg.seed, cfg.hyper.learning_rate,
                                    adam_beta1=self.adam_betas[0])
         self.counters = Counters()
+        self._store_marker = uuid.uuid4().hex  # this orchestrator's, in the run's metadata
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.recent_stats: dict[str, float] = {}
@@ -314,12 +317,19 @@ class Trainer:
                 # like a lost version (and count a recovery that never happened)
                 latest = self.rs.params.latest_version()
                 behind = latest is None or latest < self.master.published_version
+                # The marker tells a store that forgot the run even when a function or the
+                # aggregator has already published onto the empty server (then nothing is
+                # behind, but consumer groups and Adam state are gone all the same).
+                forgot = self.rs.meta.get(STORE_MARKER) != self._store_marker
                 if behind:
                     self.master.publish(self.rs, allow_rewind=True)
+                if behind or forgot:
                     self.on_store_recovered()
+                    self._mark_store()
                     self.counters.redis_recoveries += 1
                     self.counters.last_errors.append(
-                        f"store lost version {self.master.version} (latest {latest}): republished")
+                        f"store lost the run at version {self.master.version} (latest {latest})"
+                        + (": republished" if behind else ""))
             self._store_down = False
             self._guard_backoff = 1.0
             self._next_guard = now + 1.0
@@ -349,8 +359,14 @@ class Trainer:
         self.rs.put_state(OPTIMIZER_STATE, self.master.optimizer_state(), {"version": self.master.version})
 
     # -- resume -------------------------------------------------------------------------------
+    def _mark_store(self) -> None:
+        """Write this orchestrator's marker into the run's metadata: a store without it has
+        lost the run (restarted empty, failed over to an empty replica)."""
+        self.rs.meta.set({STORE_MARKER: self._store_marker})
+
     def resume_or_init(self) -> bool:
         """Load the run folder's checkpoint (resume) or publish version 0; True if resumed."""
+        self._mark_store()
         found = None if self.cfg.restart else self.checkpointer.latest()
         if found is None:
             self.master.publish(self.rs, allow_rewind=True)
