@@ -252,10 +252,7 @@ class AsyncTrainer(Trainer):
         self.rs.grads.ensure_group(GROUP, start_id="0")
 
     def _release(self, job: _Learner) -> None:
-        try:
-            self.rs.traj.delete([t.traj_id for t in job.trajs])
-        except StoreError as exc:
-            self.counters.last_errors.append(f"traj cleanup: {exc}")
+        self.release_trajectories([t.traj_id for t in job.trajs])
 
     def _extra(self, n_actors: int, n_learners: int) -> dict[str, Any]:
         agg = self.aggregator

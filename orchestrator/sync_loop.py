@@ -12,7 +12,6 @@ from typing import Any
 
 from orchestrator.invokers.base import InvocationResult
 from orchestrator.trainer import MISSING_TRAJECTORY, Trainer
-from store import StoreError
 
 
 class SyncTrainer(Trainer):
@@ -80,23 +79,17 @@ class SyncTrainer(Trainer):
             if res.error_type == MISSING_TRAJECTORY:
                 # The store lost the round's data (a Redis restart): sample the round again.
                 self.counters.learner_batches_lost += 1
-                self._delete_trajectories(ids)
+                self.release_trajectories(ids)
                 return
             if (self.rs.params.latest_version() or 0) >= v + 1:
                 break  # it published v+1 and died before answering: the round is done
             if attempt == self.cfg.max_retries:
                 raise RuntimeError(f"learner update failed {attempt + 1} times: {res.error}")
             self.counters.retries["learner"] += 1
-        self._delete_trajectories(ids)
+        self.release_trajectories(ids)
         with self.lock:
             self.master.adopt_latest(self.rs)
             self.counters.grads_applied += int(res.payload.get("optimizer_steps", 0)) if res.payload else 0
-
-    def _delete_trajectories(self, ids: list[str]) -> None:
-        try:
-            self.rs.traj.delete(ids)
-        except StoreError as exc:
-            self.counters.last_errors.append(f"traj cleanup: {exc}")
 
     def _store_state(self) -> Any:
         """Sync mode: the learner holds the truth; checkpoint the store's version + Adam state."""

@@ -358,6 +358,13 @@ class Trainer:
         """The master's Adam moments, where the next publishing learner loads them."""
         self.rs.put_state(OPTIMIZER_STATE, self.master.optimizer_state(), {"version": self.master.version})
 
+    def release_trajectories(self, ids: list[str]) -> None:
+        """Delete a learned (or lost) batch's trajectories; a store error only costs space."""
+        try:
+            self.rs.traj.delete(ids)
+        except StoreError as exc:
+            self.counters.last_errors.append(f"traj cleanup: {exc}")
+
     # -- resume -------------------------------------------------------------------------------
     def _mark_store(self) -> None:
         """Write this orchestrator's marker into the run's metadata: a store without it has

@@ -133,6 +133,7 @@ def test_lost_trajectories_are_dropped_not_retried(tmp_path: Path, redis_url: st
         store.redis.delete(traj_key)
         time.sleep(0.005)
     t.join(timeout=180)
+    store.close()
     assert not t.is_alive(), "the run must not block forever"
     assert result, "train() raised instead of dropping the lost batches"
     assert result["learner_batches_lost"] >= 1, result["last_errors"]
