@@ -78,6 +78,8 @@ class RunLog:
             else self.mean_return(),
             "episodic_length": (sum(self.lengths) / len(self.lengths)) if self.lengths else None,
             "episodes": self.episodes, "cost_usd": self.meter.total(now),
+            # one machine for the wall time: nothing in the bill waits on another's core
+            "cost_usd_dedicated_vcpu": self.meter.total(now),
             "actors_in_flight": 0, "learners_in_flight": 0,
             **(extra or {}),
         }
@@ -108,9 +110,10 @@ def _fmt(v: Any) -> Any:
 
 
 def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
-    """Rows of a run's metrics.csv that have a return: wall_s, env_steps, cost_usd, return."""
+    """Rows of a run's metrics.csv that have a return: wall_s, env_steps, cost_usd (and the
+    same at dedicated vCPUs: cost_usd where a run predates that column), return."""
     cols: dict[str, list[float]] = {"wall_s": [], "env_steps": [], "cost_usd": [],
-                                    "episodic_return": []}
+                                    "cost_usd_dedicated_vcpu": [], "episodic_return": []}
     path = Path(run_dir) / "metrics.csv"
     if not path.exists():
         return cols
@@ -118,6 +121,7 @@ def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
         for row in csv.DictReader(fh):
             if not row.get("episodic_return"):
                 continue
+            row["cost_usd_dedicated_vcpu"] = row.get("cost_usd_dedicated_vcpu") or row.get("cost_usd")
             for k in cols:
                 cols[k].append(float(row.get(k) or 0.0))
     return cols

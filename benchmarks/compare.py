@@ -218,8 +218,12 @@ def return_at(curve: dict[str, list[float]], t: float) -> float | None:
     return best
 
 
-def time_to(curve: dict[str, list[float]], target: float) -> tuple[float, float] | None:
-    for w, c, r in zip(curve["wall_s"], curve["cost_usd"], curve["episodic_return"], strict=True):
+def time_to(curve: dict[str, list[float]], target: float,
+            cost: str = "cost_usd") -> tuple[float, float] | None:
+    """(wall s, $) at the first row reaching ``target``; ``cost`` names the $ column (e.g.
+    ``cost_usd_dedicated_vcpu``; a curve without it has only the one bill)."""
+    costs = curve.get(cost) or curve["cost_usd"]
+    for w, c, r in zip(curve["wall_s"], costs, curve["episodic_return"], strict=True):
         if r >= target:
             return w, c
     return None
@@ -292,14 +296,26 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
     out["wall"] = [float(x["summary"].get("wall_s") or 0) for x in runs]
     out["load"] = [x["bench"].get("load_before") for x in runs if x["bench"].get("load_before")
                    is not None]
+    out["wait_frac"] = [f for f in (cpu_wait_fraction(x["summary"]) for x in runs) if f is not None]
     out["to"] = {}
     for tgt in targets:
         hits = [time_to(x["curve"], tgt) for x in runs]
+        dedicated = [time_to(x["curve"], tgt, "cost_usd_dedicated_vcpu") for x in runs]
         steps = [steps_to(x["curve"], tgt) for x in runs]
         out["to"][tgt] = {"reached": sum(h is not None for h in hits), "n": len(runs),
                           "t": [h[0] for h in hits if h], "usd": [h[1] for h in hits if h],
+                          "usd_dedicated": [h[1] for h in dedicated if h],
                           "steps": [n for n in steps if n is not None]}
     return out
+
+
+def cpu_wait_fraction(summary: dict[str, Any]) -> float | None:
+    """Of a run's billed function time, the share its functions spent waiting for a core of
+    the shared host (the local runtime measures it); ``None`` when nothing measured it."""
+    comps = ((summary.get("cost") or {}).get("functions") or {}).values()
+    billed = sum(float(c.get("billed_ms") or 0) for c in comps if "cpu_wait_ms" in c)
+    wait = sum(float(c.get("cpu_wait_ms") or 0) for c in comps)
+    return wait / billed if billed > 0 and wait > 0 else None
 
 
 def speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float]) -> tuple[
@@ -491,6 +507,7 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
         lines.append(f"{prefix}speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x"
                      + spread)
         lines.append("")
+        lines += dedicated_line(st[base], st[other], tgt, prefix, who, name)
         upper = censored_speedup(st[other], st[base], targets, data[base], minutes)
         if upper is not None and upper[0] > tgt:
             utgt, uratio, uusd, umin = upper
@@ -513,6 +530,22 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
                 f"and cost); $ vs {name}: <= {busd:.2f}x")
             lines.append("")
     return lines
+
+
+def dedicated_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str, who: str,
+                   name: str) -> list[str]:
+    """``$ vs X at dedicated vCPUs``: ``a``'s functions billed without their wait for the
+    shared cores (same runs, same wall clock, same fixed costs); nothing when none was measured."""
+    if not a["wait_frac"]:
+        return []
+    ua, ub = a["to"][tgt]["usd_dedicated"], b["to"][tgt]["usd_dedicated"]
+    ratio = (sum(ua) / len(ua)) / max(sum(ub) / len(ub), 1e-12)
+    ci = bootstrap_ratio_ci(ua, ub)
+    spread = f" (95% bootstrap interval {ci[0]:.2f}–{ci[1]:.2f}x)" if ci is not None else ""
+    frac = sum(a["wait_frac"]) / len(a["wait_frac"])
+    return [f"{prefix}$ vs {name} at dedicated vCPUs: {ratio:.2f}x{spread} — {who}'s functions "
+            f"billed without the {100 * frac:.0f}% of their billed time they spent waiting for a "
+            f"core of the shared host, which on Lambda each would have had to itself", ""]
 
 
 def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],

@@ -4,6 +4,12 @@ Serverless components are billed like Lambda (duration rounded up to 1 ms x memo
 per GB-s, plus a price per request); GPU learner time at a GPU instance's per-second price;
 serverful components (the orchestrator's VM, Redis, a baseline's whole cluster) for the whole
 wall-clock time. Prices: us-east-1 list prices (re-check before publishing), overridable.
+
+A second figure, never the headline: the same bill at **dedicated vCPUs**. Where functions run
+on a shared host (the local runtime on a laptop), part of each billed duration is time spent
+waiting for one of its cores, which the runtime measures (``cpu_wait_ms``); on Lambda every
+environment has its vCPU share to itself, so the same invocations would be billed without it.
+The fixed components and the wall clock are the same in both figures.
 """
 
 from __future__ import annotations
@@ -44,18 +50,28 @@ class CostMeter:
     components: dict[str, dict[str, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def invocation(self, component: str, duration_ms: float, memory_mb: int, gpu: bool = False) -> float:
-        billed_ms, usd = lambda_cost(duration_ms, memory_mb, self.prices)
-        if gpu:  # a GPU learner is billed per second of GPU instance instead of GB-s
-            usd = billed_ms / 1000.0 * self.prices.gpu_instance_hour_usd / 3600.0
+    def invocation(self, component: str, duration_ms: float, memory_mb: int, gpu: bool = False,
+                   cpu_wait_ms: float | None = None) -> float:
+        usd = self._usd(duration_ms, memory_mb, gpu)
+        wait = min(max(cpu_wait_ms or 0.0, 0.0), duration_ms)
+        dedicated_usd = self._usd(duration_ms - wait, memory_mb, gpu) if wait else usd
+        billed_ms = lambda_cost(duration_ms, memory_mb, self.prices)[0]
         with self._lock:
-            c = self.components.setdefault(
-                component, {"invocations": 0, "billed_ms": 0, "gb_seconds": 0.0, "usd": 0.0}
-            )
+            c = self.components.setdefault(component, {"invocations": 0, "billed_ms": 0, "gb_seconds": 0.0,
+                                                       "usd": 0.0, "cpu_wait_ms": 0.0, "usd_dedicated": 0.0})
             c["invocations"] += 1
             c["billed_ms"] += billed_ms
             c["gb_seconds"] += memory_mb / 1024.0 * billed_ms / 1000.0
             c["usd"] += usd
+            # setdefault: components restored from a run saved before these two were kept
+            c["cpu_wait_ms"] = c.setdefault("cpu_wait_ms", 0.0) + wait
+            c["usd_dedicated"] = c.setdefault("usd_dedicated", c["usd"] - usd) + dedicated_usd
+        return usd
+
+    def _usd(self, duration_ms: float, memory_mb: int, gpu: bool) -> float:
+        billed_ms, usd = lambda_cost(duration_ms, memory_mb, self.prices)
+        if gpu:  # a GPU learner is billed per second of GPU instance instead of GB-s
+            usd = billed_ms / 1000.0 * self.prices.gpu_instance_hour_usd / 3600.0
         return usd
 
     def fixed_usd(self, wall_s: float) -> dict[str, float]:
@@ -68,9 +84,11 @@ class CostMeter:
             }
         return {"instance": hours * self.prices.serverful_hour_usd}
 
-    def total(self, wall_s: float) -> float:
+    def total(self, wall_s: float, dedicated: bool = False) -> float:
+        """USD so far; ``dedicated``: the functions billed without their shared-CPU wait."""
+        key = "usd_dedicated" if dedicated else "usd"
         with self._lock:
-            variable = sum(c["usd"] for c in self.components.values())
+            variable = sum(c.get(key, c["usd"]) for c in self.components.values())
         return variable + sum(self.fixed_usd(wall_s).values())
 
     def report(self, wall_s: float) -> dict[str, Any]:
@@ -82,5 +100,7 @@ class CostMeter:
             "functions": comps,
             "fixed": fixed,
             "total_usd": sum(c["usd"] for c in comps.values()) + sum(fixed.values()),
+            "total_usd_dedicated_vcpu": sum(c.get("usd_dedicated", c["usd"]) for c in comps.values())
+            + sum(fixed.values()),
             "prices": asdict(self.prices),
         }

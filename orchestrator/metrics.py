@@ -11,7 +11,7 @@ from typing import Any
 
 CSV_COLUMNS = [
     "wall_s", "env_steps", "version", "sps", "episodic_return", "episodic_length", "episodes",
-    "eval_return", "cost_usd", "version_diff_traj_mean", "version_diff_traj_max",
+    "eval_return", "cost_usd", "cost_usd_dedicated_vcpu", "version_diff_traj_mean", "version_diff_traj_max",
     "version_diff_grad_mean", "version_diff_grad_max", "aggregations", "beta", "buffer_size",
     "actors_in_flight", "learners_in_flight", "failures_actor", "failures_learner",
     "failures_evaluator", "grads_applied", "grads_dropped", "grads_duplicate",
@@ -27,6 +27,7 @@ TB_TAGS = {
     "eval_return": "charts/eval_return",
     "sps": "charts/SPS",
     "cost_usd": "cost/total_usd",
+    "cost_usd_dedicated_vcpu": "cost/total_usd_dedicated_vcpu",
     "version_diff_traj_mean": "staleness/version_diff_traj_mean",
     "version_diff_traj_max": "staleness/version_diff_traj_max",
     "version_diff_grad_mean": "staleness/version_diff_grad_mean",

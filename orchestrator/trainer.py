@@ -167,7 +167,7 @@ class Trainer:
         # run (and are billed) on CUDA; a failed one that reported nothing goes by the config.
         ran_on = str((result.payload or {}).get("device", self.cfg.device))
         gpu = result.function == "learner" and ran_on.startswith("cuda")
-        self.cost.invocation(result.function, result.duration_ms, mem, gpu=gpu)
+        self.cost.invocation(result.function, result.duration_ms, mem, gpu=gpu, cpu_wait_ms=result.cpu_wait_ms)
 
     def record_failure(self, result: InvocationResult) -> None:
         with self.lock:
@@ -247,6 +247,7 @@ class Trainer:
                 "episodic_length": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
                 "episodes": c.episodes, "eval_return": self.eval_return,
                 "cost_usd": self.cost.total(self.total_wall()),
+                "cost_usd_dedicated_vcpu": self.cost.total(self.total_wall(), dedicated=True),
                 "version_diff_traj_mean": float(np.mean(ts)) if ts else None,
                 "version_diff_traj_max": max(ts) if ts else None,
                 "version_diff_grad_mean": float(np.mean(gs)) if gs else None,

@@ -33,7 +33,7 @@ from runtime.errors import (
     UnknownOperationException,
     ValidationException,
 )
-from runtime.invoke import log_tail, run_once
+from runtime.invoke import CPU_WAIT_HEADER, log_tail, run_once
 from runtime.sigv4 import SigV4Middleware
 
 MAX_SYNC_REQUEST = 6_291_456  # 6 MB, RequestResponse
@@ -316,6 +316,10 @@ def create_app(settings: Settings) -> FastAPI:
             headers["X-Amz-Function-Error"] = "Unhandled"
         if h.get("x-amz-log-type") == "Tail":
             headers["X-Amz-Log-Result"] = base64.b64encode(log_tail(outcome.logs).encode()).decode()
+        if outcome.cpu_wait_ms is not None:
+            # Not Lambda's: the part of Duration spent waiting for a core of the shared host,
+            # which a client may take off its own cost estimate. Lambda clients ignore it.
+            headers[CPU_WAIT_HEADER] = f"{outcome.cpu_wait_ms:.3f}"
         return Response(content=outcome.body, status_code=200, headers=headers,
                         media_type="application/json")
 

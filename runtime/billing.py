@@ -2,6 +2,11 @@
 
 Billed duration = (Duration + Init Duration on a cold start) rounded up to 1 ms; GB-s =
 memory GB x billed seconds; plus a price per request (LAMBDA_CONTRACT.md section 1.5).
+
+Beside that, how much of the duration the handlers spent waiting for one of the host's shared
+cores (``cpu_wait_ms``, from the kernel's run-queue delay): on Lambda each environment has its
+vCPU share to itself, so ``dedicated_gb_seconds`` — the GB-s without that wait — is what the
+same work would have been billed there. The Lambda bill above is never reduced by it.
 """
 
 from __future__ import annotations
@@ -37,12 +42,16 @@ class FunctionMeter:
     billed_ms: int = 0
     init_ms: float = 0.0
     gb_seconds: float = 0.0
+    cpu_wait_ms: float = 0.0
+    dedicated_gb_seconds: float = 0.0
 
     def report(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["requests_usd"] = self.invocations * PRICES["usd_per_request"]
         doc["duration_usd"] = self.gb_seconds * PRICES["usd_per_gb_second"]
         doc["cost_usd"] = doc["requests_usd"] + doc["duration_usd"]
+        doc["dedicated_cost_usd"] = (doc["requests_usd"]
+                                     + self.dedicated_gb_seconds * PRICES["usd_per_gb_second"])
         return doc
 
 
@@ -63,6 +72,9 @@ class Billing:
         self.m_init = Histogram("lambda_init_duration_seconds", "Cold start (spawn + INIT)", labels,
                                 registry=self.registry, buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 5, 10))
         self.m_gbs = Counter("lambda_billed_gb_seconds", "Billed GB-seconds", labels, registry=self.registry)
+        self.m_cpu_wait = Counter("lambda_cpu_wait_seconds",
+                                  "Handler time spent waiting for a shared host CPU (in the billed duration)",
+                                  labels, registry=self.registry)
         self.m_concurrent = Gauge("lambda_concurrent_executions", "In-flight invocations", labels,
                                   registry=self.registry)
         self.m_envs = Gauge("lambda_environments", "Execution environments by state", ["state"],
@@ -74,11 +86,13 @@ class Billing:
         return meter
 
     def record(self, name: str, memory_mb: int, duration_ms: float, init_ms: float | None,
-               error: bool, timeout: bool) -> int:
+               error: bool, timeout: bool, cpu_wait_ms: float | None = None) -> int:
         """Meter one invocation; returns its billed duration in ms."""
         cold = init_ms is not None
         billed = billed_ms(duration_ms, init_ms or 0.0)
         gbs = memory_mb / 1024 * billed / 1000
+        wait = min(cpu_wait_ms or 0.0, duration_ms)
+        dedicated = billed_ms(duration_ms - wait, init_ms or 0.0)
         m = self._meter(name, memory_mb)
         m.invocations += 1
         m.errors += int(error)
@@ -88,6 +102,8 @@ class Billing:
         m.init_ms += init_ms or 0.0
         m.billed_ms += billed
         m.gb_seconds += gbs
+        m.cpu_wait_ms += wait
+        m.dedicated_gb_seconds += memory_mb / 1024 * dedicated / 1000
         self.m_invocations.labels(name).inc()
         if error:
             self.m_errors.labels(name).inc()
@@ -98,6 +114,7 @@ class Billing:
             self.m_init.labels(name).observe((init_ms or 0.0) / 1000)
         self.m_duration.labels(name).observe(duration_ms / 1000)
         self.m_gbs.labels(name).inc(gbs)
+        self.m_cpu_wait.labels(name).inc(wait / 1000)
         return billed
 
     def throttle(self, name: str, memory_mb: int) -> None:

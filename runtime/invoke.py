@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 MAX_SYNC_RESPONSE = 6 * 1024 * 1024 + 100  # RIE's MaxPayloadSize; AWS reports the same number
 LOG_TAIL_BYTES = 4096
+CPU_WAIT_HEADER = "X-Stellaris-Cpu-Wait-Ms"  # the emulator's one extra response header
 INIT_TIMEOUT_FLOOR = 10.0  # Lambda's INIT limit; a longer function timeout extends it (INIT retried)
 
 
@@ -35,6 +36,8 @@ class Outcome:
     billed_ms: int = 0
     init_ms: float | None = None
     timed_out: bool = False
+    # Of duration_ms, the time the handler waited for a CPU of the shared host (None: unknown).
+    cpu_wait_ms: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -56,6 +59,7 @@ async def run_once(rt: Runtime, entry: FunctionEntry, payload: str, request_id: 
     error: dict[str, Any] | None = None
     body = b""
     duration_ms = 0.0
+    cpu_wait_ms: float | None = None
     timed_out = False
     t_start = time.perf_counter()
     if env is None:
@@ -92,6 +96,8 @@ async def run_once(rt: Runtime, entry: FunctionEntry, payload: str, request_id: 
         try:
             reply = await env.invoke(frame, float(config.timeout))
             duration_ms = float(reply.get("duration_ms", (time.perf_counter() - t0) * 1000.0))
+            if reply.get("cpu_wait_ms") is not None:
+                cpu_wait_ms = min(duration_ms, max(0.0, float(reply["cpu_wait_ms"])))
             logs.append(reply.get("logs", ""))
             if reply.get("ok"):
                 body = reply["body"].encode()
@@ -125,7 +131,7 @@ async def run_once(rt: Runtime, entry: FunctionEntry, payload: str, request_id: 
         body = json.dumps(error).encode()
     peak_mb = max(1, (env.peak_rss if env else 0) // (1024 * 1024))
     billed = rt.billing.record(config.name, config.memory_mb, duration_ms, init_ms,
-                               error=error is not None, timeout=timed_out)
+                               error=error is not None, timeout=timed_out, cpu_wait_ms=cpu_wait_ms)
     report = (f"REPORT RequestId: {request_id}\tDuration: {duration_ms:.2f} ms\t"
               f"Billed Duration: {billed} ms\tMemory Size: {config.memory_mb} MB\t"
               f"Max Memory Used: {peak_mb} MB\t")
@@ -136,7 +142,8 @@ async def run_once(rt: Runtime, entry: FunctionEntry, payload: str, request_id: 
     rt.log_invocation(config.name, text, time.perf_counter() - t_start)
     return Outcome(body=body, function_error=error is not None,
                    error_type=error["errorType"] if error else None, logs=text,
-                   duration_ms=duration_ms, billed_ms=billed, init_ms=init_ms, timed_out=timed_out)
+                   duration_ms=duration_ms, billed_ms=billed, init_ms=init_ms, timed_out=timed_out,
+                   cpu_wait_ms=cpu_wait_ms)
 
 
 def log_tail(text: str) -> str:

@@ -21,6 +21,9 @@ class InvocationResult:
     error_type: str | None = None
     error_message: str | None = None
     duration_ms: float = 0.0  # billed-equivalent duration (the function's own run time)
+    # Of duration_ms, the time spent waiting for a core of a shared host (the local runtime
+    # reports it; None elsewhere): on Lambda proper that wait would not have been billed.
+    cpu_wait_ms: float | None = None
     cold_start: bool = False
     submitted_at: float = field(default_factory=time.monotonic)
 

@@ -23,6 +23,18 @@ from orchestrator.invokers.base import InvocationResult, Invoker
 
 _BILLED = re.compile(r"Billed Duration: (\d+) ms")
 _INIT = re.compile(r"Init Duration: ([\d.]+) ms")
+# The local runtime's one extra response header (runtime/invoke.py's CPU_WAIT_HEADER, which
+# this package does not import: it also runs where the runtime is not installed).
+CPU_WAIT_HEADER = "x-stellaris-cpu-wait-ms"
+
+
+def _cpu_wait_ms(resp: dict[str, Any]) -> float | None:
+    """The shared-host CPU wait the local runtime reports; ``None`` from AWS (no such wait)."""
+    raw = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(CPU_WAIT_HEADER)
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def lambda_client(endpoint_url: str | None, region: str, pool: int, read_timeout: float) -> Any:
@@ -105,6 +117,7 @@ class LambdaInvoker(Invoker):
         billed = _BILLED.search(log)
         duration_ms = float(billed.group(1)) if billed else wall_ms
         cold = bool(_INIT.search(log))
+        cpu_wait_ms = _cpu_wait_ms(resp)
         try:
             payload = json.loads(body) if body else None
         except ValueError:
@@ -114,11 +127,13 @@ class LambdaInvoker(Invoker):
             return InvocationResult(
                 function, False, None, str(doc.get("errorType", "Unhandled")),
                 str(doc.get("errorMessage", body[:500])), duration_ms=duration_ms, cold_start=cold,
+                cpu_wait_ms=cpu_wait_ms,
             )
         if not isinstance(payload, dict):
             return InvocationResult(function, False, None, "InvalidResponse",
                                     f"function returned {body[:200]!r}", duration_ms=duration_ms)
-        return InvocationResult(function, True, payload, duration_ms=duration_ms, cold_start=cold)
+        return InvocationResult(function, True, payload, duration_ms=duration_ms, cold_start=cold,
+                                cpu_wait_ms=cpu_wait_ms)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -161,3 +161,27 @@ def test_anneal_lr_reaches_every_system_each_with_its_own_schedule(tmp_path: Pat
     cfg = rllib_ppo.build_config("Hopper-v5", 1, PPOHyper(), anneal_lr_steps=1000)
     assert cfg.lr == [[0, 3e-4], [1000, pytest.approx(3e-7)]]
     assert rllib_ppo.build_config("Hopper-v5", 1, PPOHyper()).lr == 3e-4
+
+
+def test_report_gives_the_dedicated_vcpu_bill_where_the_runtime_measured_the_cpu_wait(
+        tmp_path: Path) -> None:
+    """The $ line at dedicated vCPUs reads the dedicated cost column at the target and the wait
+    share from the summary; a run without that measurement gets no such line."""
+    def run(cost: float, dedicated: float | None, wait_ms: float | None) -> dict:
+        curve = {"wall_s": [30.0, 60.0], "env_steps": [1.0, 2.0], "cost_usd": [cost / 2, cost],
+                 "episodic_return": [1000.0, 2000.0]}
+        functions = {"actor": {"billed_ms": 1000, "usd": cost}}
+        if dedicated is not None:
+            curve["cost_usd_dedicated_vcpu"] = [dedicated / 2, dedicated]
+            functions["actor"]["cpu_wait_ms"] = wait_ms
+        return {"curve": curve, "summary": {"wall_s": 60.0, "sps": 1.0, "cost": {
+            "total_usd": cost, "functions": functions}}, "bench": {"minutes": 1}}
+    data = {"stellaris": [run(0.010, 0.006, 400.0)] * 2, "lean": [run(0.004, None, None)] * 2}
+    text = "\n".join(compare.env_report("Hopper-v5", 1, data, [1000, 2000], tmp_path))
+    assert "$ vs lean PPO: 2.50x" in text
+    assert ("$ vs lean PPO at dedicated vCPUs: 1.50x (95% bootstrap interval 1.50–1.50x) — "
+            "Stellaris's functions billed without the 40% of their billed time") in text
+    assert compare.cpu_wait_fraction(data["lean"][0]["summary"]) is None
+    data["stellaris"] = [run(0.010, None, None)] * 2
+    assert "dedicated vCPUs" not in "\n".join(
+        compare.env_report("Hopper-v5", 1, data, [1000, 2000], tmp_path))

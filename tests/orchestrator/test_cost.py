@@ -33,6 +33,34 @@ def test_meter_components_and_fixed_costs() -> None:
         actor["usd"] + rep["functions"]["learner"]["usd"] + 0.011)
 
 
+def test_dedicated_vcpu_bill_leaves_out_the_wait_for_a_shared_core() -> None:
+    meter = CostMeter(PriceTable(orchestrator_hour_usd=3.6, redis_hour_usd=0.0))
+    usd = meter.invocation("actor", 1000.0, 1024, cpu_wait_ms=250.0)
+    meter.invocation("actor", 500.0, 1024)  # no measurement (AWS, inline): billed as it is
+    meter.invocation("learner", 100.0, 1024, cpu_wait_ms=400.0)  # a wait over the duration caps
+    actor = meter.report(10.0)["functions"]["actor"]
+    assert usd == pytest.approx(1.0 * 0.0000166667 + 0.2e-6)  # the Lambda bill is not reduced
+    assert actor["cpu_wait_ms"] == pytest.approx(250.0)
+    assert actor["usd_dedicated"] == pytest.approx(1.25 * 0.0000166667 + 0.4e-6)
+    learner = meter.report(10.0)["functions"]["learner"]
+    assert learner["usd_dedicated"] == pytest.approx(0.001 * 0.0000166667 + 0.2e-6)
+    rep = meter.report(10.0)
+    assert rep["total_usd_dedicated_vcpu"] == pytest.approx(
+        actor["usd_dedicated"] + learner["usd_dedicated"] + 0.01)
+    assert meter.total(10.0, dedicated=True) == pytest.approx(rep["total_usd_dedicated_vcpu"])
+    assert meter.total(10.0) == pytest.approx(rep["total_usd"]) and rep["total_usd"] > meter.total(10.0, True)
+
+
+def test_dedicated_bill_of_a_run_saved_before_it_was_kept() -> None:
+    # A resumed run's components come back from its metadata; old ones lack the new keys.
+    meter = CostMeter()
+    meter.components["actor"] = {"invocations": 1, "billed_ms": 1000, "gb_seconds": 1.0, "usd": 0.5}
+    meter.invocation("actor", 1000.0, 1024, cpu_wait_ms=500.0)
+    actor = meter.components["actor"]
+    assert actor["usd_dedicated"] == pytest.approx(0.5 + 0.5 * 0.0000166667 + 0.2e-6)
+    assert actor["cpu_wait_ms"] == pytest.approx(500.0)
+
+
 def test_serverful_pays_the_whole_wall_time() -> None:
     meter = CostMeter(PriceTable(serverful_hour_usd=0.085), serverless=False)
     assert meter.total(3600.0) == pytest.approx(0.085)
