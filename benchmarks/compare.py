@@ -443,7 +443,11 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
             ax.set_xlabel(f"staleness of {'trajectories' if kind == 'traj' else 'gradients'} "
                           "(versions)")
             ax.set_ylabel("fraction")
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+            else:  # e.g. gradients: a publishing learner sends none
+                ax.text(0.5, 0.5, "none recorded", ha="center", va="center",
+                        transform=ax.transAxes)
         fig.suptitle(f"{env}: staleness (all seeds)")
         fig.tight_layout()
         path = fig_dir / f"{env}_staleness.png"
