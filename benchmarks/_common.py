@@ -71,15 +71,15 @@ class RunLog:
         if not force and now - self._last_t < self.log_interval_s:
             return None
         dt = max(1e-9, now - self._last_t)
+        usd = self.meter.total(now)
         row = {
             "wall_s": now, "env_steps": self.env_steps, "version": self.version,
             "sps": (self.env_steps - self._last_steps) / dt,
             "episodic_return": episodic_return if episodic_return is not None
             else self.mean_return(),
             "episodic_length": (sum(self.lengths) / len(self.lengths)) if self.lengths else None,
-            "episodes": self.episodes, "cost_usd": self.meter.total(now),
             # one machine for the wall time: nothing in the bill waits on another's core
-            "cost_usd_dedicated_vcpu": self.meter.total(now),
+            "episodes": self.episodes, "cost_usd": usd, "cost_usd_dedicated_vcpu": usd,
             "actors_in_flight": 0, "learners_in_flight": 0,
             **(extra or {}),
         }

@@ -52,27 +52,30 @@ class CostMeter:
 
     def invocation(self, component: str, duration_ms: float, memory_mb: int, gpu: bool = False,
                    cpu_wait_ms: float | None = None) -> float:
-        usd = self._usd(duration_ms, memory_mb, gpu)
+        billed_ms, usd = self._bill(duration_ms, memory_mb, gpu)
         wait = min(max(cpu_wait_ms or 0.0, 0.0), duration_ms)
-        dedicated_usd = self._usd(duration_ms - wait, memory_mb, gpu) if wait else usd
-        billed_ms = lambda_cost(duration_ms, memory_mb, self.prices)[0]
+        dedicated_usd = self._bill(duration_ms - wait, memory_mb, gpu)[1] if wait else usd
         with self._lock:
-            c = self.components.setdefault(component, {"invocations": 0, "billed_ms": 0, "gb_seconds": 0.0,
-                                                       "usd": 0.0, "cpu_wait_ms": 0.0, "usd_dedicated": 0.0})
+            c = self.components.setdefault(
+                component, {"invocations": 0, "billed_ms": 0, "gb_seconds": 0.0, "usd": 0.0}
+            )
+            # a component restored from a run saved before these two were kept starts them here
+            c.setdefault("cpu_wait_ms", 0.0)
+            c.setdefault("usd_dedicated", c["usd"])
             c["invocations"] += 1
             c["billed_ms"] += billed_ms
             c["gb_seconds"] += memory_mb / 1024.0 * billed_ms / 1000.0
             c["usd"] += usd
-            # setdefault: components restored from a run saved before these two were kept
-            c["cpu_wait_ms"] = c.setdefault("cpu_wait_ms", 0.0) + wait
-            c["usd_dedicated"] = c.setdefault("usd_dedicated", c["usd"] - usd) + dedicated_usd
+            c["cpu_wait_ms"] += wait
+            c["usd_dedicated"] += dedicated_usd
         return usd
 
-    def _usd(self, duration_ms: float, memory_mb: int, gpu: bool) -> float:
+    def _bill(self, duration_ms: float, memory_mb: int, gpu: bool) -> tuple[int, float]:
+        """(billed ms, USD) of one invocation of ``duration_ms``."""
         billed_ms, usd = lambda_cost(duration_ms, memory_mb, self.prices)
         if gpu:  # a GPU learner is billed per second of GPU instance instead of GB-s
             usd = billed_ms / 1000.0 * self.prices.gpu_instance_hour_usd / 3600.0
-        return usd
+        return billed_ms, usd
 
     def fixed_usd(self, wall_s: float) -> dict[str, float]:
         """Always-on components for ``wall_s`` seconds."""
