@@ -185,3 +185,39 @@ def test_report_gives_the_dedicated_vcpu_bill_where_the_runtime_measured_the_cpu
     data["stellaris"] = [run(0.010, None, None)] * 2
     assert "dedicated vCPUs" not in "\n".join(
         compare.env_report("Hopper-v5", 1, data, [1000, 2000], tmp_path))
+
+
+def _write_run(run_dir: Path, walls: list[float], rets: list[float], usd: float) -> None:
+    """A finished run's folder as a system writes it: metrics.csv rows, summary.json."""
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for i, (wall, ret) in enumerate(zip(walls, rets, strict=True)):
+            w.writerow({"wall_s": wall, "env_steps": 1000 * (i + 1), "episodic_return": ret,
+                        "cost_usd": usd * wall / walls[-1]})
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"wall_s": walls[-1], "sps": 100.0, "mean_return": rets[-1],
+         "cost": {"total_usd": usd}}))
+
+
+def test_pool_reports_the_runs_of_several_out_folders_together(tmp_path: Path) -> None:
+    """--pool adds earlier sessions' run folders to the report, one list per system; the same
+    seed in two folders is two runs (an async run is not reproducible from its seed)."""
+    old, new = tmp_path / "s16", tmp_path / "s17"
+    for out, seed, t_stell in ((old, 1, 50.0), (new, 1, 150.0), (new, 2, 100.0)):
+        root = compare.budget_dir(out, "Hopper-v5", 5)
+        _write_run(root / "stellaris" / f"seed{seed}", [t_stell, 300.0], [2000.0, 2100.0], 0.02)
+        _write_run(root / "lean" / f"seed{seed}", [200.0, 300.0], [2000.0, 2000.0], 0.007)
+    results = tmp_path / "RESULTS.md"
+    rc = compare.main(["--envs", "Hopper-v5", "--minutes", "5", "--report-only",
+                       "--out", str(new), "--pool", str(old), "--results", str(results)])
+    assert rc == 0
+    text = results.read_text()
+    assert "Seeds per system: Stellaris (async) 3, lean PPO 3." in text
+    assert "speedup vs lean PPO: 2.0x;" in text  # 200 s / mean(50, 150, 100) s
+    assert "pooled with those under `--pool`" in text
+    assert (compare.budget_dir(new, "Hopper-v5", 5) / "figures" / "Hopper-v5_return_vs_wall.png"
+            ).exists()
+    alone = compare.collect_pooled([compare.budget_dir(new, "Hopper-v5", 5)])
+    assert sorted(r["seed"] for r in alone["stellaris"]) == [1, 2]
