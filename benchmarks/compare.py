@@ -106,6 +106,8 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
             cmd += ["--set", "learner_compile=false"]
         if args.anneal_lr:
             cmd += ["--set", "hyper.anneal_lr=true"]
+        for kv in shared_hyper(args):
+            cmd += ["--set", f"hyper.{kv}"]
         if system == "sync":
             # the lean PPO's batch exactly (8 envs x 256 steps), its sampling on both cores;
             # 2 actors x 8 envs x 128 steps bootstrapped GAE twice as often and learned less
@@ -141,7 +143,21 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
     if system == "rllib" and args.anneal_lr:
         # RLlib's schedules count env steps: the steps it gets through in this budget here
         cmd += ["--anneal-lr-steps", str(int(minutes * 60 * args.rllib_sps))]
+    for kv in shared_hyper(args):  # lean_ppo.py and rllib_ppo.py both take PPOHyper fields
+        cmd += ["--hyper", kv]
     return cmd
+
+
+def shared_hyper(args: argparse.Namespace) -> list[str]:
+    """``--hyper`` pairs: one PPOHyper change given to every system alike (a matched change,
+    unlike ``--set``, which is Stellaris' alone)."""
+    return list(getattr(args, "hyper", []) or [])
+
+
+def hyper_suffix(pairs: Sequence[str]) -> str:
+    """The ``--out`` suffix of a shared hyper-parameter change: its runs get their own folders,
+    as a changed baseline must not be pooled with the defaults' runs by accident."""
+    return "".join(f"-{_dirname(kv)}" for kv in pairs)
 
 
 def warm_compile_cache(env: str) -> None:
@@ -676,6 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any other Stellaris config field (an ablation), e.g. "
                    "--set actor_refresh_steps=32 or --set publish_interval_ms=0")
+    p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
+                   help="a PPOHyper field changed for every system alike (Stellaris, sync PPO, "
+                   "the lean PPO and RLlib), e.g. --hyper ent_coef=0.005. Runs go to "
+                   "<out>-KEY=VALUE")
     p.add_argument("--anneal-lr", action="store_true",
                    help="learning rate decayed linearly over the budget (CleanRL's anneal_lr); "
                    "RLlib's schedules count env steps, so it anneals over --rllib-sps x the "
@@ -701,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     if a.anneal_lr:
         out = out.with_name(out.name + "-anneal")
+    if a.hyper:
+        out = out.with_name(out.name + hyper_suffix(a.hyper))
     tag = variant_tag(a)
     per_system = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.system_minutes)}
     unknown = set(per_system) - set(SYSTEMS)

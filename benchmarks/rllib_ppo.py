@@ -21,6 +21,7 @@ building the algorithm are reported as ``setup_s``, as Stellaris excludes its ru
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -165,6 +166,30 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         ray.shutdown()
 
 
+# PPOHyper fields build_config() hands to RLlib; a change to any other one would not reach it
+RLLIB_HYPER = {"gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
+               "update_epochs", "num_minibatches", "learning_rate"}
+
+
+def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
+    # parsed here, not with orchestrator.cli.parse_set: importing that module sets
+    # OMP_NUM_THREADS=1, which Ray's learner would inherit and RLlib's runs would change
+    fields: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            p.error(f"--hyper expects KEY=VALUE, got {pair!r}")
+        try:
+            fields[key] = json.loads(raw)
+        except ValueError:
+            fields[key] = raw
+    unmatched = sorted(set(fields) - RLLIB_HYPER)
+    if unmatched:
+        p.error(f"--hyper: RLlib's PPO has no counterpart for {unmatched} here "
+                f"(it takes {sorted(RLLIB_HYPER)}; anneal the learning rate with --anneal-lr-steps)")
+    return PPOHyper(is_correction="none", **fields)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", default="Hopper-v5")
@@ -176,12 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-env-runners", type=int, default=2)
     p.add_argument("--anneal-lr-steps", type=int,
                    help="decay the learning rate linearly over this many env steps")
+    p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
+                   help="a PPOHyper field, e.g. --hyper ent_coef=0.005 (repeatable); those RLlib "
+                   "has no counterpart for (the IS correction, value clipping) are refused")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              a.num_env_runners, anneal_lr_steps=a.anneal_lr_steps)
+              a.num_env_runners, hyper=_hyper(p, a.hyper), anneal_lr_steps=a.anneal_lr_steps)
     print(f"RLlib PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "
           f"(setup {s['setup_s']:.1f} s)")

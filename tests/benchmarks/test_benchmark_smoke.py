@@ -221,3 +221,28 @@ def test_pool_reports_the_runs_of_several_out_folders_together(tmp_path: Path) -
             ).exists()
     alone = compare.collect_pooled([compare.budget_dir(new, "Hopper-v5", 5)])
     assert sorted(r["seed"] for r in alone["stellaris"]) == [1, 2]
+
+
+def test_shared_hyper_reaches_every_system_and_gets_its_own_out_folder(tmp_path: Path) -> None:
+    from benchmarks import rllib_ppo
+
+    args = argparse.Namespace(no_compile=False, anneal_lr=False, rllib_sps=1705.0, backend="local",
+                              actors=None, learners=None, is_correction=None,
+                              no_staleness_weights=False, no_bound_decay=False,
+                              buffer_max=None, set=[], hyper=["ent_coef=0.005"])
+    cmds = {s: compare.command(s, "Hopper-v5", 1, 5.0, tmp_path / s, args)
+            for s in ("stellaris", "sync", "lean", "rllib")}
+    for s in ("stellaris", "sync"):
+        i = cmds[s].index("hyper.ent_coef=0.005")
+        assert cmds[s][i - 1] == "--set", cmds[s]
+    for s in ("lean", "rllib"):
+        i = cmds[s].index("ent_coef=0.005")
+        assert cmds[s][i - 1] == "--hyper", cmds[s]
+    assert compare.hyper_suffix(["ent_coef=0.005"]) == "-ent_coef=0.005"
+    # RLlib takes the value it is given, and refuses a field it has no counterpart for
+    parser = argparse.ArgumentParser()
+    assert rllib_ppo._hyper(parser, ["ent_coef=0.005"]).ent_coef == 0.005
+    cfg = rllib_ppo.build_config("Hopper-v5", 1, rllib_ppo._hyper(parser, ["ent_coef=0.005"]))
+    assert cfg.entropy_coeff == 0.005
+    with pytest.raises(SystemExit):
+        rllib_ppo._hyper(parser, ["clip_vloss=false"])
