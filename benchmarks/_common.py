@@ -34,7 +34,8 @@ class RunLog:
     """metrics.csv + config.json + summary.json of a non-Stellaris system's run."""
 
     def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any],
-                 log_interval_s: float = 2.0, prices: dict[str, float] | None = None) -> None:
+                 log_interval_s: float = 2.0, prices: dict[str, float] | None = None,
+                 stop_at_return: float | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
@@ -52,6 +53,14 @@ class RunLog:
         self._last_t = 0.0
         self._last_steps = 0
         self.last_row: dict[str, Any] = {}
+        self.stop_at_return = stop_at_return
+        self.target_reached = False  # a written row reached stop_at_return
+
+    def running(self, budget_s: float, total_steps: int | None) -> bool:
+        """Whether the run goes on: within its wall-clock and step budgets, short of its
+        stop return (checked on written rows, so the curve shows the target reached)."""
+        return (self.wall() < budget_s and not self.target_reached
+                and (total_steps is None or self.env_steps < total_steps))
 
     def wall(self) -> float:
         return time.monotonic() - self.t0
@@ -87,6 +96,9 @@ class RunLog:
         self._fh.flush()
         self._last_t, self._last_steps = now, self.env_steps
         self.last_row = row
+        ret = row["episodic_return"]
+        if self.stop_at_return is not None and ret is not None and ret >= self.stop_at_return:
+            self.target_reached = True
         return row
 
     def close(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -96,7 +108,8 @@ class RunLog:
             "run_id": self.run_dir.name, "env_steps": self.env_steps, "episodes": self.episodes,
             "version": self.version, "wall_s": wall, "sps": self.env_steps / max(wall, 1e-9),
             "mean_return": (final or {}).get("episodic_return"),
-            "cost": self.meter.report(wall), "final_row": final, **(extra or {}),
+            "cost": self.meter.report(wall), "final_row": final,
+            "target_reached": self.target_reached, **(extra or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         self._fh.close()

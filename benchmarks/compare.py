@@ -108,6 +108,7 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
             cmd += ["--set", "hyper.anneal_lr=true"]
         for kv in shared_hyper(args):
             cmd += ["--set", f"hyper.{kv}"]
+        cmd += stop_flag(args)
         if system == "sync":
             # the lean PPO's batch exactly (8 envs x 256 steps), its sampling on both cores;
             # 2 actors x 8 envs x 128 steps bootstrapped GAE twice as often and learned less
@@ -145,13 +146,19 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         cmd += ["--anneal-lr-steps", str(int(minutes * 60 * args.rllib_sps))]
     for kv in shared_hyper(args):  # lean_ppo.py and rllib_ppo.py both take PPOHyper fields
         cmd += ["--hyper", kv]
-    return cmd
+    return cmd + stop_flag(args)
 
 
 def shared_hyper(args: argparse.Namespace) -> list[str]:
     """``--hyper`` pairs: one PPOHyper change given to every system alike (a matched change,
     unlike ``--set``, which is Stellaris' alone)."""
     return list(getattr(args, "hyper", []) or [])
+
+
+def stop_flag(args: argparse.Namespace) -> list[str]:
+    """``--stop-at-return`` for any system's command: each stops on its own logged mean return."""
+    stop = getattr(args, "stop_at_return", None)
+    return [] if stop is None else ["--stop-at-return", f"{stop:g}"]
 
 
 def hyper_suffix(pairs: Sequence[str]) -> str:
@@ -195,6 +202,7 @@ def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
                              timeout=minutes * 60 + 300)
     info = {"system": system, "env": env, "seed": seed, "minutes": minutes, "cmd": cmd, "rc": rc,
             "elapsed_s": time.monotonic() - t0, "load_before": load0,
+            "stop_at_return": getattr(args, "stop_at_return", None),
             "load_after": os.getloadavg()[0], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     (run_dir / "bench.json").write_text(json.dumps(info, indent=2))
     s = read_summary(run_dir)
@@ -606,6 +614,15 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
                          f"{k} ran {', '.join(f'{m:g}' for m in ms)} min" for k, ms in longer.items())
                      + ". Returns at a budget are read off each run's curve at that time; "
                      "\"-\" = the run was shorter; \"$ per run\" is for the run's own length.")
+    stopped = sum(bool(r["summary"].get("target_reached")) for v in order for r in data[v])
+    if stopped:
+        stops = sorted({r["bench"].get("stop_at_return") for v in order for r in data[v]
+                        if r["bench"].get("stop_at_return") is not None})
+        lines.append("")
+        lines.append(f"{stopped} runs stopped on reaching return "
+                     f"{', '.join(f'{x:g}' for x in stops) or '(see config.json)'} "
+                     "(`--stop-at-return`): the returns at a budget count only the runs still "
+                     "going then; the time and $ to a target up to that return are unaffected.")
     lines.append("")
     lines += _md_table(
         ["system"] + [f"return @ {p:g} min" for p in points]
@@ -703,6 +720,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rllib-sps", type=float, default=1705.0,
                    help="with --anneal-lr: RLlib's env steps/s, which turns the budget into "
                    "its schedule's steps (default: measured here, 3 ten-minute seeds)")
+    p.add_argument("--stop-at-return", type=float, metavar="RETURN",
+                   help="stop each run once its logged mean return reaches this (e.g. 2000): "
+                   "the time and $ to it are measured at a fraction of the budget's machine "
+                   "time, the returns at a budget only over the runs still going. Runs go to "
+                   "<out>-stopRETURN")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "compare"))
     p.add_argument("--pool", nargs="+", default=[], metavar="OUT",
                    help="also report the runs under these --out folders (same envs and "
@@ -723,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         out = out.with_name(out.name + "-anneal")
     if a.hyper:
         out = out.with_name(out.name + hyper_suffix(a.hyper))
+    if a.stop_at_return is not None:  # shortened runs: not to be pooled with whole ones
+        out = out.with_name(out.name + f"-stop{a.stop_at_return:g}")
     tag = variant_tag(a)
     per_system = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.system_minutes)}
     unknown = set(per_system) - set(SYSTEMS)

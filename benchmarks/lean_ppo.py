@@ -51,7 +51,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
           adam_beta1: float = 0.9, compile: bool = True,
-          extrapolate: float = 0.0, publish_epoch: int | None = None) -> dict[str, Any]:
+          extrapolate: float = 0.0, publish_epoch: int | None = None,
+          stop_at_return: float | None = None) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
@@ -94,8 +95,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
               "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1, "extrapolate": extrapolate,
               "publish_epoch": publish_epoch,
-              "compile": compile, "backend": "single-process"}
-    log = RunLog(out_dir, config, log_interval_s)
+              "compile": compile, "backend": "single-process", "stop_at_return": stop_at_return}
+    log = RunLog(out_dir, config, log_interval_s, stop_at_return=stop_at_return)
     budget_s = minutes * 60 if minutes is not None else float("inf")
     t_sample = t_learn = 0.0
     stats: dict[str, float] = {}
@@ -112,7 +113,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         sampler = CachedPolicy(0, copy.deepcopy(model), pol.obs_rms, pol.ret_rms, {})
         sample_flat, _ = flatten_parameters(sampler.model)
         before_update = adam.flat.detach().clone()
-    while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
+    while log.running(budget_s, total_steps):
         it += 1
         t0 = time.perf_counter()
         ev = ActorEvent(run_id="lean", env_id=env_id, n_envs=n_envs, steps=rollout_steps,
@@ -217,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                         "this many epochs (a fraction of an update of lag)")
     p.add_argument("--no-compile", action="store_true",
                    help="eager minibatch loss (default: torch.compile, as Stellaris' learners)")
+    p.add_argument("--stop-at-return", type=float,
+                   help="also stop once a logged mean return (last 100 episodes) reaches this")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
               _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
               compile=not a.no_compile, extrapolate=a.extrapolate,
-              publish_epoch=a.publish_epoch)
+              publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

@@ -104,7 +104,8 @@ def _get(result: dict[str, Any], *paths: str) -> Any:
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           num_env_runners: int = 2, hyper: PPOHyper | None = None,
-          anneal_lr_steps: int | None = None) -> dict[str, Any]:
+          anneal_lr_steps: int | None = None,
+          stop_at_return: float | None = None) -> dict[str, Any]:
     import math
 
     import ray
@@ -124,11 +125,11 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                   "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
                   "num_env_runners": num_env_runners, "hyper": hyper.model_dump(),
                   "mode": "rllib", "backend": "ray", "ray_version": ray.__version__,
-                  "anneal_lr_steps": anneal_lr_steps}
-        log = RunLog(out_dir, config, log_interval_s=0.0)
+                  "anneal_lr_steps": anneal_lr_steps, "stop_at_return": stop_at_return}
+        log = RunLog(out_dir, config, log_interval_s=0.0, stop_at_return=stop_at_return)
         budget_s = minutes * 60 if minutes is not None else float("inf")
         last: float | None = None
-        while log.wall() < budget_s and (total_steps is None or log.env_steps < total_steps):
+        while log.running(budget_s, total_steps):
             res = algo.train()
             steps = _get(res, "env_runners/num_env_steps_sampled_lifetime",
                          "num_env_steps_sampled_lifetime")
@@ -204,12 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
                    help="a PPOHyper field, e.g. --hyper ent_coef=0.005 (repeatable); those RLlib "
                    "has no counterpart for (the IS correction, value clipping) are refused")
+    p.add_argument("--stop-at-return", type=float,
+                   help="also stop once RLlib's episode_return_mean (last 100 episodes) reaches this")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              a.num_env_runners, hyper=_hyper(p, a.hyper), anneal_lr_steps=a.anneal_lr_steps)
+              a.num_env_runners, hyper=_hyper(p, a.hyper), anneal_lr_steps=a.anneal_lr_steps,
+              stop_at_return=a.stop_at_return)
     print(f"RLlib PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "
           f"(setup {s['setup_s']:.1f} s)")

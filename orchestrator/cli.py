@@ -55,6 +55,8 @@ def _train_parser(sub: Any) -> None:
     p.add_argument("--autoscale", action="store_true", default=None)
     p.add_argument("--max-actors", type=int)
     p.add_argument("--budget-usd", type=float)
+    p.add_argument("--stop-at-return", type=float,
+                   help="also stop once the mean return of the last 100 episodes reaches this")
     p.add_argument("--redis-url")
     p.add_argument("--endpoint-url", help="Lambda endpoint (backend lambda)")
     p.add_argument("--region")

@@ -44,6 +44,11 @@ class TrainConfig(BaseModel):
         None, ge=1, description="Stop after this many environment steps."
     )
     minutes: float | None = Field(None, gt=0, description="Stop after this much wall-clock time.")
+    stop_at_return: float | None = Field(
+        None, description="Also stop once a logged row's mean return (the last 100 episodes) "
+        "reaches this, as RLlib's stop={'env_runners/episode_return_mean': X}: a run measuring "
+        "the time and $ to a return need not pay for the rest of its budget."
+    )
     seed: int = Field(1, description="Seed of the policy initialisation and of every env.")
     run_id: str | None = Field(None, description="Run id (default: derived from env, mode, time).")
     run_dir: str | None = Field(None, description="Run folder (default: runs/<run_id>).")

@@ -78,6 +78,7 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir)
         self.progress = Progress(cfg.progress, cfg.total_steps, (cfg.minutes or 0) * 60 or None)
         self.eval_return: float | None = None
+        self.target_reached = False  # a logged row reached cfg.stop_at_return
         self._eval_future: Future[InvocationResult] | None = None
         self._t_start = time.monotonic()
         self._wall_offset = 0.0  # wall time of earlier sessions of a resumed run
@@ -102,6 +103,8 @@ class Trainer:
 
     def done(self) -> bool:
         c = self.cfg
+        if self.target_reached:
+            return True
         if c.total_steps is not None and self.counters.env_steps >= c.total_steps:
             return True
         if c.minutes is not None and self.wall() >= c.minutes * 60:
@@ -264,6 +267,10 @@ class Trainer:
             gs.clear()
         self.metrics.row(row)
         self.progress.update(row)
+        # On a logged row, not on the live mean: the run's curve must show the target reached.
+        ret = row["episodic_return"]
+        if self.cfg.stop_at_return is not None and ret is not None and ret >= self.cfg.stop_at_return:
+            self.target_reached = True
         return row
 
     def staleness_totals(self, ts: list[float], gs: list[int]) -> None:
@@ -415,7 +422,8 @@ class Trainer:
             "env": self.cfg.env, "env_steps": c.env_steps, "episodes": c.episodes,
             "version": self.master.version, "wall_s": wall,
             "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),
-            "eval_return": self.eval_return, "failures": c.failures, "retries": c.retries,
+            "eval_return": self.eval_return, "target_reached": self.target_reached,
+            "failures": c.failures, "retries": c.retries,
             "learner_gave_up": c.learner_gave_up, "learner_batches_lost": c.learner_batches_lost,
             "grads_applied": c.grads_applied,
             "lookahead_rebases": c.lookahead_rebases,

@@ -246,3 +246,23 @@ def test_shared_hyper_reaches_every_system_and_gets_its_own_out_folder(tmp_path:
     assert cfg.entropy_coeff == 0.005
     with pytest.raises(SystemExit):
         rllib_ppo._hyper(parser, ["clip_vloss=false"])
+
+
+def test_stop_at_return_reaches_every_system_and_ends_the_lean_run(tmp_path: Path) -> None:
+    from benchmarks import lean_ppo
+
+    args = argparse.Namespace(no_compile=False, anneal_lr=False, rllib_sps=1705.0, backend="local",
+                              actors=None, learners=None, is_correction=None,
+                              no_staleness_weights=False, no_bound_decay=False,
+                              buffer_max=None, set=[], hyper=[], stop_at_return=2000.0)
+    for s in ("stellaris", "sync", "lean", "rllib"):
+        cmd = compare.command(s, "Hopper-v5", 1, 5.0, tmp_path / s, args)
+        assert cmd[cmd.index("--stop-at-return") + 1] == "2000", cmd
+    # CartPole's first episodes return ~20: a stop at 10 ends the run on its first logged row,
+    # long before its step budget, and that row shows the target reached
+    s = lean_ppo.train("CartPole-v1", 1, tmp_path / "lean", total_steps=1_000_000, n_envs=2,
+                       rollout_steps=64, log_interval_s=0.0, compile=False, stop_at_return=10.0)
+    assert s["target_reached"] and s["env_steps"] <= 4 * 128
+    with open(tmp_path / "lean" / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert float(rows[0]["episodic_return"]) >= 10.0
