@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cost import CostMeter, PriceTable
-from orchestrator.metrics import CSV_COLUMNS
+from orchestrator.metrics import CSV_COLUMNS, reached_return
 
 RETURN_WINDOW = 100
 
@@ -96,9 +96,7 @@ class RunLog:
         self._fh.flush()
         self._last_t, self._last_steps = now, self.env_steps
         self.last_row = row
-        ret = row["episodic_return"]
-        if self.stop_at_return is not None and ret is not None and ret >= self.stop_at_return:
-            self.target_reached = True
+        self.target_reached = self.target_reached or reached_return(row, self.stop_at_return)
         return row
 
     def close(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -78,6 +78,13 @@ class MetricsLog:
             self.tb.close()
 
 
+def reached_return(row: dict[str, Any], target: float | None) -> bool:
+    """Whether a logged row's mean return reaches ``target`` (``stop_at_return``): every system
+    stops on its written rows, so its curve shows the target reached."""
+    ret = row.get("episodic_return")
+    return target is not None and ret is not None and ret >= target
+
+
 def _fmt(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:.6g}"

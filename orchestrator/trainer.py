@@ -23,7 +23,7 @@ from orchestrator.config import TrainConfig
 from orchestrator.cost import CostMeter
 from orchestrator.invokers.base import InvocationResult, Invoker
 from orchestrator.master import MasterPolicy
-from orchestrator.metrics import MetricsLog, Progress
+from orchestrator.metrics import MetricsLog, Progress, reached_return
 from store import RunStore, StoreError
 
 # the error type a learner reports when the store no longer holds its batch
@@ -267,10 +267,7 @@ class Trainer:
             gs.clear()
         self.metrics.row(row)
         self.progress.update(row)
-        # On a logged row, not on the live mean: the run's curve must show the target reached.
-        ret = row["episodic_return"]
-        if self.cfg.stop_at_return is not None and ret is not None and ret >= self.cfg.stop_at_return:
-            self.target_reached = True
+        self.target_reached = self.target_reached or reached_return(row, self.cfg.stop_at_return)
         return row
 
     def staleness_totals(self, ts: list[float], gs: list[int]) -> None:
