@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from functions.messages import PolicySpec, PPOHyper
+from orchestrator.cost import PriceTable
 from store import redact
 
 
@@ -198,6 +199,11 @@ class TrainConfig(BaseModel):
     autoscale: bool = Field(False, description="Grow/shrink actors in flight to keep learners fed.")
     max_actors: int = Field(8, ge=1, description="Upper bound of actors in flight with --autoscale.")
     budget_usd: float | None = Field(None, gt=0, description="Stop when the run's cost reaches this.")
+    prices: dict[str, float] = Field(
+        default_factory=dict, description="Overrides of the price table (orchestrator/cost.py "
+        "PriceTable), e.g. --set prices.orchestrator_hour_usd=0.0416 to price a t3.medium "
+        "orchestrator where a run outgrows the t3.micro (summary.json's footprint says when)."
+    )
 
     # -- observability and checkpoints --------------------------------------------------
     eval_interval_s: float = Field(60.0, ge=0, description="Seconds between evaluations (0: off).")
@@ -213,6 +219,13 @@ class TrainConfig(BaseModel):
         0.0, ge=0, le=1, description="Fault injection: probability that a function's process is "
         "killed mid-invocation (tests and reliability drills)."
     )
+
+    @model_validator(mode="after")
+    def _known_prices(self) -> TrainConfig:
+        PriceTable.from_overrides(self.prices)  # unknown names: a one-line error
+        if any(v < 0 for v in self.prices.values()):
+            raise ValueError("prices cannot be negative")
+        return self
 
     @model_validator(mode="after")
     def _budget_given(self) -> TrainConfig:

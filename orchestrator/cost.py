@@ -5,6 +5,14 @@ per GB-s, plus a price per request); GPU learner time at a GPU instance's per-se
 serverful components (the orchestrator's VM, Redis, a baseline's whole cluster) for the whole
 wall-clock time. Prices: us-east-1 list prices (re-check before publishing), overridable.
 
+The always-on parts are priced at the size they need, as the baseline's machine is: a
+serverful baseline keeps two vCPUs busy, so it pays a c6i.large; the orchestrator keeps a tenth
+of one busy and Redis holds a few MB, so they pay a burstable t3.micro and a cache.t4g.micro.
+Sizing is checked on every run, not assumed: :mod:`orchestrator.footprint` measures what both
+used and says when a run outgrew its priced instance. A burstable instance runs above its
+baseline CPU share in "unlimited" mode (T3's default) and is billed for the surplus vCPU-hours,
+so the orchestrator's bill includes that surplus, from the CPU time it measured.
+
 A second figure, never the headline: the same bill at **dedicated vCPUs**. Where functions run
 on a shared host (the local runtime on a laptop), part of each billed duration is time spent
 waiting for one of its cores, which the runtime measures (``cpu_wait_ms``); on Lambda every
@@ -25,13 +33,28 @@ class PriceTable:
     lambda_gb_second_usd: float = 0.0000166667  # x86_64, first tier
     lambda_request_usd: float = 0.20 / 1_000_000
     gpu_instance_hour_usd: float = 1.006  # g5.xlarge (1x A10G), on demand
-    orchestrator_hour_usd: float = 0.0416  # t3.medium: 2 vCPU, 4 GiB — runs the control loop
-    redis_hour_usd: float = 0.034  # cache.t4g.small (ElastiCache)
+    orchestrator_hour_usd: float = 0.0104  # t3.micro: 2 vCPU (burstable), 1 GiB — the control loop
+    # vCPUs the hourly price covers: a t3.micro's baseline is 10% of each of its 2 vCPUs
+    orchestrator_baseline_vcpu: float = 0.2
+    burst_vcpu_hour_usd: float = 0.05  # T3 unlimited mode: surplus vCPU-hour above the baseline
+    redis_hour_usd: float = 0.016  # cache.t4g.micro (ElastiCache): 2 vCPU, 0.5 GiB
     serverful_hour_usd: float = 0.085  # c6i.large: 2 vCPU — a baseline's whole machine
 
     @classmethod
     def from_overrides(cls, overrides: dict[str, float] | None) -> PriceTable:
+        unknown = sorted(set(overrides or {}) - set(asdict(cls())))
+        if unknown:
+            raise ValueError(f"unknown price(s) {', '.join(unknown)}: the prices are "
+                             f"{', '.join(asdict(cls()))}")
         return cls(**{**asdict(cls()), **(overrides or {})})
+
+
+# The always-on parts as sessions 1-21 priced them, before they were sized to what they use:
+# a t3.medium orchestrator (its 2 x 20% baseline is more than it ever used) and a
+# cache.t4g.small Redis. compare.py reports the $ at these prices beside the current ones.
+UNSIZED_FIXED_PRICES: dict[str, float] = {
+    "orchestrator_hour_usd": 0.0416, "orchestrator_baseline_vcpu": 0.4, "redis_hour_usd": 0.034,
+}
 
 
 def lambda_cost(duration_ms: float, memory_mb: int, prices: PriceTable) -> tuple[int, float]:
@@ -77,29 +100,25 @@ class CostMeter:
             usd = billed_ms / 1000.0 * self.prices.gpu_instance_hour_usd / 3600.0
         return billed_ms, usd
 
-    def fixed_usd(self, wall_s: float) -> dict[str, float]:
-        """Always-on components for ``wall_s`` seconds."""
-        hours = wall_s / 3600.0
-        if self.serverless:
-            return {
-                "orchestrator": hours * self.prices.orchestrator_hour_usd,
-                "redis": hours * self.prices.redis_hour_usd,
-            }
-        return {"instance": hours * self.prices.serverful_hour_usd}
+    def fixed_usd(self, wall_s: float, orchestrator_cpu_s: float = 0.0) -> dict[str, float]:
+        """Always-on components for ``wall_s`` seconds, during which the orchestrator used
+        ``orchestrator_cpu_s`` CPU seconds (billed where they exceed its baseline share)."""
+        return fixed_usd(self.prices, self.serverless, wall_s, orchestrator_cpu_s)
 
-    def total(self, wall_s: float, dedicated: bool = False) -> float:
+    def total(self, wall_s: float, dedicated: bool = False, orchestrator_cpu_s: float = 0.0) -> float:
         """USD so far; ``dedicated``: the functions billed without their shared-CPU wait."""
         key = "usd_dedicated" if dedicated else "usd"
         with self._lock:
             variable = sum(c.get(key, c["usd"]) for c in self.components.values())
-        return variable + sum(self.fixed_usd(wall_s).values())
+        return variable + sum(self.fixed_usd(wall_s, orchestrator_cpu_s).values())
 
-    def report(self, wall_s: float) -> dict[str, Any]:
+    def report(self, wall_s: float, orchestrator_cpu_s: float = 0.0) -> dict[str, Any]:
         with self._lock:
             comps = {k: dict(v) for k, v in self.components.items()}
-        fixed = self.fixed_usd(wall_s)
+        fixed = self.fixed_usd(wall_s, orchestrator_cpu_s)
         return {
             "wall_s": wall_s,
+            "orchestrator_cpu_s": orchestrator_cpu_s,
             "functions": comps,
             "fixed": fixed,
             "total_usd": sum(c["usd"] for c in comps.values()) + sum(fixed.values()),
@@ -107,3 +126,26 @@ class CostMeter:
             + sum(fixed.values()),
             "prices": asdict(self.prices),
         }
+
+
+def fixed_usd(prices: PriceTable, serverless: bool, wall_s: float,
+              orchestrator_cpu_s: float = 0.0) -> dict[str, float]:
+    """The always-on part of a bill: a serverless run's orchestrator VM (its hourly price plus
+    any CPU above its baseline share, at the burst price) and Redis; a serverful one's machine."""
+    hours = wall_s / 3600.0
+    if not serverless:
+        return {"instance": hours * prices.serverful_hour_usd}
+    surplus_vcpu_h = max(0.0, orchestrator_cpu_s / 3600.0 - hours * prices.orchestrator_baseline_vcpu)
+    return {
+        "orchestrator": hours * prices.orchestrator_hour_usd,
+        "orchestrator_burst": surplus_vcpu_h * prices.burst_vcpu_hour_usd,
+        "redis": hours * prices.redis_hour_usd,
+    }
+
+
+def reprice_fixed(usd: float, wall_s: float, orchestrator_cpu_s: float, run_prices: PriceTable,
+                  other: PriceTable) -> float:
+    """A serverless run's bill ``usd`` at ``wall_s`` with its always-on parts priced by
+    ``other`` instead of ``run_prices`` (the functions' part does not depend on them)."""
+    now = sum(fixed_usd(run_prices, True, wall_s, orchestrator_cpu_s).values())
+    return usd - now + sum(fixed_usd(other, True, wall_s, orchestrator_cpu_s).values())

@@ -3,6 +3,7 @@ evaluation, checkpoints and the stop rule."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -14,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from redis.exceptions import RedisError
 
 from functions.learner import OPTIMIZER_STATE, MissingTrajectory
 from functions.messages import ActorEvent, EvaluatorEvent, LearnerEvent, PPOHyper
 from functions.ppo import annealed_lr
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import TrainConfig
-from orchestrator.cost import CostMeter
+from orchestrator.cost import CostMeter, PriceTable
+from orchestrator.footprint import Footprint, misfit_lines
 from orchestrator.invokers.base import InvocationResult, Invoker
 from orchestrator.master import MasterPolicy
 from orchestrator.metrics import MetricsLog, Progress, reached_return
@@ -73,7 +76,10 @@ class Trainer:
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.recent_stats: dict[str, float] = {}
-        self.cost = CostMeter()
+        self.cost = CostMeter(PriceTable.from_overrides(cfg.prices))
+        # What the orchestrator and Redis use, against the instances the bill prices them as
+        # (inline handlers are threads of this process: its CPU is not the orchestrator's alone)
+        self.footprint = Footprint(orchestrator_measured=cfg.backend != "inline")
         self.checkpointer = Checkpointer(self.run_dir, cfg.keep_checkpoints)
         self.metrics = MetricsLog(self.run_dir)
         self.progress = Progress(cfg.progress, cfg.total_steps, (cfg.minutes or 0) * 60 or None)
@@ -101,6 +107,17 @@ class Trainer:
     def total_wall(self) -> float:
         return self._wall_offset + self.wall()
 
+    def cost_usd(self, dedicated: bool = False) -> float:
+        """The run's bill so far: its functions, and its always-on parts for the whole wall time
+        (the orchestrator's CPU above its instance's baseline share billed as burst)."""
+        return self.cost.total(self.total_wall(), dedicated, self.footprint.orchestrator_cpu_s())
+
+    def sample_store_footprint(self) -> None:
+        """One Redis INFO for the footprint. Not through the store's retries: while Redis is
+        down the loop must not wait on a report (store_guard rides the outage out)."""
+        with contextlib.suppress(RedisError, OSError):
+            self.footprint.sample_redis(self.rs.store.redis.info())
+
     def done(self) -> bool:
         c = self.cfg
         if self.target_reached:
@@ -109,7 +126,7 @@ class Trainer:
             return True
         if c.minutes is not None and self.wall() >= c.minutes * 60:
             return True
-        return c.budget_usd is not None and self.cost.total(self.total_wall()) >= c.budget_usd
+        return c.budget_usd is not None and self.cost_usd() >= c.budget_usd
 
     def budget_used(self) -> float:
         """The fraction of the run's budget spent: the furthest along of its env steps, wall
@@ -121,7 +138,7 @@ class Trainer:
         if c.minutes is not None:
             used = max(used, self.wall() / (c.minutes * 60))
         if c.budget_usd is not None:
-            used = max(used, self.cost.total(self.total_wall()) / c.budget_usd)
+            used = max(used, self.cost_usd() / c.budget_usd)
         return min(used, 1.0)
 
     # -- events -----------------------------------------------------------------------------
@@ -249,8 +266,8 @@ class Trainer:
                 "sps": sps, "episodic_return": self.mean_return(),
                 "episodic_length": float(np.mean(self.recent_lengths)) if self.recent_lengths else None,
                 "episodes": c.episodes, "eval_return": self.eval_return,
-                "cost_usd": self.cost.total(self.total_wall()),
-                "cost_usd_dedicated_vcpu": self.cost.total(self.total_wall(), dedicated=True),
+                "cost_usd": self.cost_usd(), "cost_usd_dedicated_vcpu": self.cost_usd(dedicated=True),
+                "orchestrator_cpu_s": self.footprint.orchestrator_cpu_s(),
                 "version_diff_traj_mean": float(np.mean(ts)) if ts else None,
                 "version_diff_traj_max": max(ts) if ts else None,
                 "version_diff_grad_mean": float(np.mean(gs)) if gs else None,
@@ -265,6 +282,7 @@ class Trainer:
             self.staleness_totals(ts, gs)
             ts.clear()
             gs.clear()
+        self.sample_store_footprint()
         self.metrics.row(row)
         self.progress.update(row)
         self.target_reached = self.target_reached or reached_return(row, self.cfg.stop_at_return)
@@ -287,7 +305,8 @@ class Trainer:
             meta = {
                 "env_id": self.cfg.env, "mode": self.cfg.mode, "config_hash": self.cfg.digest(),
                 "env_steps": self.counters.env_steps, "episodes": self.counters.episodes,
-                "wall_s": self.total_wall(), "cost_usd": self.cost.total(self.total_wall()),
+                "wall_s": self.total_wall(), "cost_usd": self.cost_usd(),
+                "orchestrator_cpu_s": self.footprint.orchestrator_cpu_s(),
                 "obs_rms": self.master.obs_rms.to_dict(), "ret_rms": self.master.ret_rms.to_dict(),
                 "policy_meta": self.master.meta, "run_id": self.rs.run_id,
                 "cost_functions": self.cost.components,
@@ -379,6 +398,7 @@ class Trainer:
     def resume_or_init(self) -> bool:
         """Load the run folder's checkpoint (resume) or publish version 0; True if resumed."""
         self._mark_store()
+        self.sample_store_footprint()
         found = None if self.cfg.restart else self.checkpointer.latest()
         if found is None:
             self.master.publish(self.rs, allow_rewind=True)
@@ -393,6 +413,7 @@ class Trainer:
         self.counters.env_steps = int(meta.get("env_steps", 0))
         self.counters.episodes = int(meta.get("episodes", 0))
         self._wall_offset = float(meta.get("wall_s", 0.0))
+        self.footprint.resume(float(meta.get("orchestrator_cpu_s", 0.0)))
         for comp, c in (meta.get("cost_functions") or {}).items():
             self.cost.components[comp] = dict(c)
         self.master.publish(self.rs, allow_rewind=True)
@@ -413,6 +434,7 @@ class Trainer:
         wall = self.total_wall()
         c = self.counters
         hist = self._hist
+        self.sample_store_footprint()
         return {
             "run_id": self.rs.run_id, "mode": self.cfg.mode, "backend": self.cfg.backend,
             "learners_publish": self.learners_publish,
@@ -429,12 +451,16 @@ class Trainer:
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "staleness_mean": {k: total / n for k, (total, n) in self._stale_sums.items() if n},
-            "cost": self.cost.report(wall), "backend_billing": self.invoker.billing(),
+            "cost": self.cost.report(wall, self.footprint.orchestrator_cpu_s()),
+            "footprint": self.footprint.report(self.wall()),
+            "backend_billing": self.invoker.billing(),
             "last_errors": list(c.last_errors),
         }
 
     def close(self, summary: dict[str, Any]) -> None:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        for line in misfit_lines(summary.get("footprint") or {}):
+            print(line, flush=True)
         self.metrics.close()
         self.progress.close()
         self._applied_log.close()

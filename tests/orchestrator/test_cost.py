@@ -28,7 +28,8 @@ def test_meter_components_and_fixed_costs() -> None:
     assert actor["invocations"] == 2 and actor["billed_ms"] == 1001
     assert actor["gb_seconds"] == pytest.approx(2.0 * 1.001)
     assert rep["functions"]["learner"]["usd"] == pytest.approx(2.0 * 1.006 / 3600)
-    assert rep["fixed"] == {"orchestrator": pytest.approx(0.01), "redis": pytest.approx(0.001)}
+    assert rep["fixed"] == {"orchestrator": pytest.approx(0.01), "orchestrator_burst": 0.0,
+                            "redis": pytest.approx(0.001)}
     assert rep["total_usd"] == pytest.approx(
         actor["usd"] + rep["functions"]["learner"]["usd"] + 0.011)
 
