@@ -3,8 +3,10 @@
 The cost table (:mod:`orchestrator.cost`) prices the orchestrator as a t3.micro and Redis as a
 cache.t4g.micro. That is only honest while the run fits them, so every run measures:
 
-- the orchestrator process: CPU seconds (``time.process_time``: all its threads) and peak
-  resident memory (``getrusage``). The functions run elsewhere (runtime workers, Lambda, Ray
+- the orchestrator process: CPU seconds (``time.process_time``: all its threads) and the
+  peak of its resident memory over the run (sampled from ``/proc/self/statm`` at each metrics
+  row; not ``getrusage``'s lifetime peak, which would count whatever a process hosting several
+  runs, a test session, held before this one). The functions run elsewhere (runtime workers, Lambda, Ray
   workers) — except on the ``inline`` backend, whose handlers are threads of this process: there
   the CPU is not the orchestrator's alone and is reported as unmeasured (and not billed);
 - the Redis server: ``INFO``'s CPU seconds, peak memory and bytes in and out.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MIB = 1024 * 1024
@@ -44,9 +47,15 @@ ORCHESTRATOR_INSTANCE = InstanceSize("t3.micro", 0.2, 1024 - 200, 64.0)
 REDIS_INSTANCE = InstanceSize("cache.t4g.micro", 0.2, 512 * 0.75, 64.0)
 
 
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process (Linux reports ``ru_maxrss`` in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def rss_mib() -> float:
+    """Resident memory of this process now (``/proc/self/statm``); where there is no /proc,
+    its lifetime peak (``ru_maxrss``: KiB on Linux, bytes on macOS — an over-estimate either
+    way, never an under-estimate)."""
+    try:
+        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return resident_pages * resource.getpagesize() / MIB
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def redis_counters(info: dict[str, Any]) -> dict[str, float]:
@@ -67,6 +76,7 @@ class Footprint:
         self.orchestrator_measured = orchestrator_measured
         self._cpu0 = time.process_time()
         self._cpu_offset = 0.0  # earlier sessions of a resumed run
+        self._peak_rss_mib = rss_mib()
         self._redis0: dict[str, float] | None = None
         self._redis_last: dict[str, float] | None = None
         self._redis_done = {"cpu_s": 0.0, "net_bytes": 0.0}  # servers that restarted since
@@ -78,6 +88,10 @@ class Footprint:
         if not self.orchestrator_measured:
             return 0.0
         return self._cpu_offset + time.process_time() - self._cpu0
+
+    def sample_orchestrator(self) -> None:
+        """Record the orchestrator's resident memory now (its peak over the run is reported)."""
+        self._peak_rss_mib = max(self._peak_rss_mib, rss_mib())
 
     def resume(self, cpu_s: float) -> None:
         """Continue a resumed run's CPU clock from its checkpoint."""
@@ -111,7 +125,8 @@ class Footprint:
 
     def _orchestrator(self, wall: float) -> dict[str, Any]:
         inst = ORCHESTRATOR_INSTANCE
-        rss = peak_rss_mib()
+        self.sample_orchestrator()
+        rss = self._peak_rss_mib
         part: dict[str, Any] = {"instance": inst.name, "peak_rss_mib": round(rss, 1),
                                 "memory_mib": inst.memory_mib, "baseline_vcpu": inst.baseline_vcpu}
         over = []

@@ -112,9 +112,10 @@ class Trainer:
         (the orchestrator's CPU above its instance's baseline share billed as burst)."""
         return self.cost.total(self.total_wall(), dedicated, self.footprint.orchestrator_cpu_s())
 
-    def sample_store_footprint(self) -> None:
-        """One Redis INFO for the footprint. Not through the store's retries: while Redis is
+    def sample_footprint(self) -> None:
+        """The orchestrator's memory and one Redis INFO for the footprint. Not through the store's retries: while Redis is
         down the loop must not wait on a report (store_guard rides the outage out)."""
+        self.footprint.sample_orchestrator()
         with contextlib.suppress(RedisError, OSError):
             self.footprint.sample_redis(self.rs.store.redis.info())
 
@@ -282,7 +283,7 @@ class Trainer:
             self.staleness_totals(ts, gs)
             ts.clear()
             gs.clear()
-        self.sample_store_footprint()
+        self.sample_footprint()
         self.metrics.row(row)
         self.progress.update(row)
         self.target_reached = self.target_reached or reached_return(row, self.cfg.stop_at_return)
@@ -398,7 +399,7 @@ class Trainer:
     def resume_or_init(self) -> bool:
         """Load the run folder's checkpoint (resume) or publish version 0; True if resumed."""
         self._mark_store()
-        self.sample_store_footprint()
+        self.sample_footprint()
         found = None if self.cfg.restart else self.checkpointer.latest()
         if found is None:
             self.master.publish(self.rs, allow_rewind=True)
@@ -434,7 +435,7 @@ class Trainer:
         wall = self.total_wall()
         c = self.counters
         hist = self._hist
-        self.sample_store_footprint()
+        self.sample_footprint()
         return {
             "run_id": self.rs.run_id, "mode": self.cfg.mode, "backend": self.cfg.backend,
             "learners_publish": self.learners_publish,

@@ -5,6 +5,7 @@ runtime, deploy (to that runtime), and the orchestrator's tiny `--backend lambda
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import socket
 import subprocess
@@ -158,6 +159,13 @@ def test_every_service_runs_as_a_process(tmp_path: Path) -> None:
         assert "done: run" in train.stdout
         runs = list((tmp_path / "runs").iterdir())
         assert len(runs) == 1 and (runs[0] / "config.json").exists()
+        # The orchestrator as its own process, as deployed: it and Redis fit the instances the
+        # bill prices them as (t3.micro, cache.t4g.micro), measured, and nothing warned.
+        footprint = json.loads((runs[0] / "summary.json").read_text())["footprint"]
+        assert footprint["fits"], footprint
+        assert 0 < footprint["orchestrator"]["vcpu_mean"] < footprint["orchestrator"]["baseline_vcpu"]
+        assert 100 < footprint["orchestrator"]["peak_rss_mib"] < footprint["orchestrator"]["memory_mib"]
+        assert "outgrew" not in train.stdout
     finally:
         for proc in reversed(running):
             stop(proc)

@@ -95,6 +95,23 @@ def test_tiny_training_run(backend: str, mode: str, tmp_path: Path, redis_url: s
     if backend == "local":
         billing = summary["backend_billing"]["functions"]
         assert billing["stellaris-actor"]["invocations"] >= 4
+    # The always-on parts, measured against the instances the bill prices them as: Redis
+    # carried every trajectory; the orchestrator's CPU is its own except inline, whose
+    # handlers are threads of its process. (Its memory here is the test session's process:
+    # tests/deploy/test_compose.py checks an orchestrator process's fit.)
+    footprint = summary["footprint"]
+    assert footprint["redis"]["fits"], footprint
+    assert footprint["redis"]["net_mbps_mean"] > 0 and footprint["redis"]["peak_memory_mib"] > 0
+    assert footprint["orchestrator"]["peak_rss_mib"] > 0
+    assert footprint["fits"] == footprint["orchestrator"]["fits"]
+    orch_cpu = summary["cost"]["orchestrator_cpu_s"]
+    if backend == "inline":
+        assert footprint["orchestrator"]["vcpu_mean"] is None and orch_cpu == 0.0
+    else:
+        assert 0 < footprint["orchestrator"]["vcpu_mean"] < 2 and orch_cpu > 0
+    with open(run_dir / "metrics.csv") as fh:
+        cpu = [float(r["orchestrator_cpu_s"]) for r in csv.DictReader(fh)]
+    assert cpu == sorted(cpu) and cpu[-1] <= orch_cpu
 
 
 def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) -> None:
