@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import read_curve, read_summary, rewrite_section  # noqa: E402
+from orchestrator.cost import UNSIZED_FIXED_PRICES, PriceTable, reprice_fixed  # noqa: E402
 
 SYSTEMS = ("stellaris", "sync", "rllib", "lean")
 LABELS = {"stellaris": "Stellaris (async)", "sync": "our sync PPO", "rllib": "RLlib 2.60 PPO",
@@ -227,10 +228,25 @@ def collect(root: Path) -> dict[str, list[dict[str, Any]]]:
             summary = read_summary(sdir)
             if not summary:
                 continue
+            curve = read_curve(sdir)
+            curve["cost_usd_unsized"] = unsized_costs(curve, summary)
             out.setdefault(bench.get("variant", vdir.name), []).append({
-                "dir": sdir, "seed": int(sdir.name[4:]), "curve": read_curve(sdir),
+                "dir": sdir, "seed": int(sdir.name[4:]), "curve": curve,
                 "summary": summary, "bench": bench})
     return out
+
+
+def unsized_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> list[float]:
+    """A run's $ column with its always-on parts at the unsized prices (a t3.medium
+    orchestrator and a cache.t4g.small Redis, as sessions 1-21 priced them), to report next to
+    the sized ones; a serverful run's bill (one machine) is the same at both."""
+    cost = summary.get("cost") or {}
+    if "orchestrator" not in (cost.get("fixed") or {}):
+        return list(curve["cost_usd"])
+    run_prices = PriceTable.from_overrides(cost.get("prices"))
+    unsized = PriceTable.from_overrides({**(cost.get("prices") or {}), **UNSIZED_FIXED_PRICES})
+    return [reprice_fixed(c, w, cpu, run_prices, unsized) for c, w, cpu in zip(
+        curve["cost_usd"], curve["wall_s"], curve["orchestrator_cpu_s"], strict=True)]
 
 
 def collect_pooled(roots: list[Path]) -> dict[str, list[dict[str, Any]]]:
@@ -335,14 +351,17 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
     out["load"] = [x["bench"].get("load_before") for x in runs if x["bench"].get("load_before")
                    is not None]
     out["wait_frac"] = [f for f in (cpu_wait_fraction(x["summary"]) for x in runs) if f is not None]
+    out["footprint"] = [x["summary"]["footprint"] for x in runs if x["summary"].get("footprint")]
     out["to"] = {}
     for tgt in targets:
         hits = [time_to(x["curve"], tgt) for x in runs]
         dedicated = [time_to(x["curve"], tgt, "cost_usd_dedicated_vcpu") for x in runs]
+        unsized = [time_to(x["curve"], tgt, "cost_usd_unsized") for x in runs]
         steps = [steps_to(x["curve"], tgt) for x in runs]
         out["to"][tgt] = {"reached": sum(h is not None for h in hits), "n": len(runs),
                           "t": [h[0] for h in hits if h], "usd": [h[1] for h in hits if h],
                           "usd_dedicated": [h[1] for h in dedicated if h],
+                          "usd_unsized": [h[1] for h in unsized if h],
                           "steps": [n for n in steps if n is not None]}
     return out
 
@@ -381,28 +400,32 @@ def speedup_ci(a: dict[str, Any], b: dict[str, Any], tgt: float) -> dict[str, An
 
 
 def censored_speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float],
-                     runs_b: list[dict[str, Any]], minutes: float
+                     runs_b: list[dict[str, Any]], minutes: float, usd: str = "usd",
                      ) -> tuple[float, float, float, float] | None:
     """Bounds on the highest target ``a`` reached in every seed and ``b`` did not (in some or
     all seeds): a seed of ``b`` that never got there counts its whole run (time and $), so
     ``b``'s mean is at least that. Returns (target, time ratio >=, $ ratio <=, ``b``'s
-    shortest run in minutes)."""
+    shortest run in minutes). ``usd``: which bill, ``usd`` or ``usd_unsized`` (a run's
+    last logged row then stands for its whole bill)."""
     for tgt in sorted(targets, reverse=True):
         ta, tb = a["to"][tgt], b["to"][tgt]
         if not (ta["n"] and ta["reached"] == ta["n"]):
             continue
         if not runs_b or tb["reached"] == tb["n"]:
             return None  # b got there in every seed: the uncensored ratio above covers it
+        column = "cost_usd" if usd == "usd" else "cost_usd_unsized"
         times, costs = [], []
         for r in runs_b:
-            hit = time_to(r["curve"], tgt)
+            hit = time_to(r["curve"], tgt, column)
             if hit is None:
-                hit = (float(r["summary"].get("wall_s") or 0),
-                       float((r["summary"].get("cost") or {}).get("total_usd") or 0))
+                whole = float((r["summary"].get("cost") or {}).get("total_usd") or 0)
+                if usd != "usd" and r["curve"].get(column):
+                    whole = r["curve"][column][-1]
+                hit = (float(r["summary"].get("wall_s") or 0), whole)
             times.append(hit[0])
             costs.append(hit[1])
         mb, ub = sum(times) / len(times), sum(costs) / len(costs)
-        ma, ua = sum(ta["t"]) / len(ta["t"]), sum(ta["usd"]) / len(ta["usd"])
+        ma, ua = sum(ta["t"]) / len(ta["t"]), sum(ta[usd]) / len(ta[usd])
         return tgt, mb / max(ma, 1e-9), ua / max(ub, 1e-12), min(
             run_minutes(r, minutes) for r in runs_b)
     return None
@@ -550,16 +573,21 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
                      + spread)
         lines.append("")
         lines += dedicated_line(st[base], st[other], tgt, prefix, who, name)
+        lines += unsized_line(st[base], st[other], tgt, prefix, name)
         upper = censored_speedup(st[other], st[base], targets, data[base], minutes)
         if upper is not None and upper[0] > tgt:
             utgt, uratio, uusd, umin = upper
             got = st[base]["to"][utgt]
+            unsized = censored_speedup(st[other], st[base], targets, data[base], minutes,
+                                       "usd_unsized")
+            at_unsized = "" if unsized is None or math.isclose(unsized[2], uusd, rel_tol=1e-9) else (
+                f" (at the unsized always-on prices: >= {1 / unsized[2]:.2f}x)")
             lines.append(
                 f"{prefix}speedup vs {name} on return {utgt:g}: <= {1 / uratio:.2f}x (censored: "
                 f"{who} reached {utgt:g} in {got['reached']} of {got['n']} {umin:g}-minute "
                 f"runs, {name} in every one; a {who} run that never got there counts its "
                 f"whole length and cost, which is less than it would have needed); $ vs "
-                f"{name}: >= {1 / uusd:.2f}x")
+                f"{name}: >= {1 / uusd:.2f}x{at_unsized}")
             lines.append("")
         bound = censored_speedup(st[base], st[other], targets, data[other], minutes)
         if bound is not None:
@@ -588,6 +616,52 @@ def dedicated_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str
     return [f"{prefix}$ vs {name} at dedicated vCPUs: {ratio:.2f}x{spread} — {who}'s functions "
             f"billed without the {100 * frac:.0f}% of their billed time they spent waiting for a "
             f"core of the shared host, which on Lambda each would have had to itself", ""]
+
+
+def unsized_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str,
+                 name: str) -> list[str]:
+    """``$ vs X at the unsized always-on prices``: the same runs with the orchestrator and Redis
+    priced as sessions 1-21 priced them (t3.medium, cache.t4g.small), so a ratio is never
+    reported only at the newer, smaller prices; nothing when the two bills are the same."""
+    ua, ub = a["to"][tgt]["usd_unsized"], b["to"][tgt]["usd_unsized"]
+    if not ua or not ub or all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(
+            ua, a["to"][tgt]["usd"], strict=True)):
+        return []
+    ratio = (sum(ua) / len(ua)) / max(sum(ub) / len(ub), 1e-12)
+    ci = bootstrap_ratio_ci(ua, ub)
+    spread = f" (95% bootstrap interval {ci[0]:.2f}–{ci[1]:.2f}x)" if ci is not None else ""
+    return [f"{prefix}$ vs {name} at the unsized always-on prices (a t3.medium orchestrator and "
+            f"a cache.t4g.small Redis, as sessions 1–21): {ratio:.2f}x{spread}", ""]
+
+
+def footprint_line(label: str, footprints: list[dict[str, Any]]) -> list[str]:
+    """What the always-on parts of a system's runs used, against their priced instances."""
+    if not footprints:
+        return []
+    orch = [f["orchestrator"] for f in footprints if f.get("orchestrator")]
+    redis = [f["redis"] for f in footprints if f.get("redis")]
+    vcpu = [o["vcpu_mean"] for o in orch if o.get("vcpu_mean") is not None]
+    parts = []
+    if orch:
+        parts.append(f"orchestrator (priced as a {orch[0]['instance']}, baseline "
+                     f"{orch[0]['baseline_vcpu']:g} vCPU, {orch[0]['memory_mib']:.0f} MiB): "
+                     + (f"{_range(vcpu, '{:.3f}')} vCPU mean, " if vcpu else "")
+                     + f"peak RSS {_range([o['peak_rss_mib'] for o in orch])} MiB")
+    if redis:
+        parts.append(f"Redis (a {redis[0]['instance']}, baseline {redis[0]['baseline_vcpu']:g} "
+                     f"vCPU, {redis[0]['memory_mib']:.0f} MiB, {redis[0]['baseline_mbps']:g} "
+                     f"Mbit/s): {_range([r['vcpu_mean'] for r in redis], '{:.3f}')} vCPU mean, "
+                     f"peak {_range([r['peak_memory_mib'] for r in redis], '{:.1f}')} MiB, "
+                     f"{_range([r['net_mbps_mean'] for r in redis], '{:.1f}')} Mbit/s mean")
+    fits = sum(bool(f.get("fits")) for f in footprints)
+    return [f"Always-on parts of the {label} runs (`footprint` in summary.json): "
+            + "; ".join(parts) + f". Fit their priced instances in {fits} of {len(footprints)} runs.",
+            ""]
+
+
+def _range(xs: list[float], fmt: str = "{:.0f}") -> str:
+    lo, hi = min(xs), max(xs)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
 
 
 def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
@@ -663,6 +737,8 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
         lines += ratio_lines(st, data, "sync", "sync PPO ", "sync PPO", ("rllib", "lean"),
                              targets, minutes)
     stell = [v for v in order if v.startswith("stellaris")]
+    for v in [*stell, *(["sync"] if "sync" in st else [])]:
+        lines += footprint_line(LABELS.get(v, v), st[v]["footprint"])
     if stell:
         lines.append("Staleness (Stellaris runs, versions; with a publishing learner a version "
                      "is one update): " + "; ".join(
@@ -786,8 +862,10 @@ def main(argv: list[str] | None = None) -> int:
             + (", pooled with those under `--pool`" if a.pool else "") + " (2-core shared "
             "machine; runs are sequential, one system at a time). Same wall-clock budget, seeds, "
             "price table and clock for every system: Stellaris and our sync PPO are billed per "
-            "function invocation (Lambda GB-s + requests) plus orchestrator VM and Redis for the "
-            "wall time; RLlib and the lean PPO pay one 2-vCPU instance (c6i.large) for the wall "
+            "function invocation (Lambda GB-s + requests) plus the orchestrator VM and Redis for "
+            "the wall time, each at the run's price table (since session 22 sized to what they use: "
+            "a t3.micro and a cache.t4g.micro, measured against them in each run's `footprint`); "
+            "RLlib and the lean PPO pay one 2-vCPU instance (c6i.large) for the wall "
             "time. Returns are the mean of the last 100 training episodes. Clocks start after "
             "start-up (the local runtime's, Ray's and the algorithm's construction).",
             "",

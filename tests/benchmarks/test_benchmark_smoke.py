@@ -266,3 +266,50 @@ def test_stop_at_return_reaches_every_system_and_ends_the_lean_run(tmp_path: Pat
     with open(tmp_path / "lean" / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert float(rows[0]["episodic_return"]) >= 10.0
+
+
+def test_report_gives_the_bill_at_the_unsized_always_on_prices_and_the_footprint(
+        tmp_path: Path) -> None:
+    """Run folders as the trainer writes them at the sized prices: the report reprices their
+    always-on parts as sessions 1-21 did (t3.medium + cache.t4g.small) from each row's wall
+    time and orchestrator CPU, and says what those parts used against their instances."""
+    from orchestrator.cost import UNSIZED_FIXED_PRICES, CostMeter, PriceTable
+
+    prices = PriceTable()
+    root = compare.budget_dir(tmp_path / "out", "Hopper-v5", 5)
+    footprint = {"orchestrator": {"instance": "t3.micro", "baseline_vcpu": 0.2, "memory_mib": 824,
+                                  "vcpu_mean": 0.02, "peak_rss_mib": 380.0, "fits": True},
+                 "redis": {"instance": "cache.t4g.micro", "baseline_vcpu": 0.2, "memory_mib": 384,
+                           "baseline_mbps": 64, "vcpu_mean": 0.011, "peak_memory_mib": 2.6,
+                           "net_mbps_mean": 28.8, "fits": True}, "fits": True}
+    walls = [50.0, 100.0]
+    meter = CostMeter(prices)
+    meter.invocation("actor", 150_000.0, 1769)  # 1.5 functions busy for 100 s
+    run_dir = root / "stellaris" / "seed1"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for wall, ret in zip(walls, [1000.0, 2000.0], strict=True):
+            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
+                        "orchestrator_cpu_s": wall * 0.02,
+                        "cost_usd": meter.total(wall, orchestrator_cpu_s=wall * 0.02)})
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"wall_s": 100.0, "sps": 100.0, "mean_return": 2000.0, "footprint": footprint,
+         "cost": meter.report(100.0, 2.0)}))
+    _write_run(root / "rllib" / "seed1", [400.0, 500.0], [2000.0, 2000.0], 0.012)
+    results = tmp_path / "RESULTS.md"
+    assert compare.main(["--envs", "Hopper-v5", "--minutes", "5", "--report-only",
+                         "--out", str(tmp_path / "out"), "--results", str(results)]) == 0
+    text = results.read_text()
+    sized = meter.total(100.0, orchestrator_cpu_s=2.0)
+    unsized = CostMeter(PriceTable.from_overrides(UNSIZED_FIXED_PRICES),
+                        components=meter.components).total(100.0, orchestrator_cpu_s=2.0)
+    rllib = 0.012 * 400 / 500
+    assert f"$ vs RLlib: {sized / rllib:.2f}x" in text
+    assert (f"$ vs RLlib at the unsized always-on prices (a t3.medium orchestrator and a "
+            f"cache.t4g.small Redis, as sessions 1–21): {unsized / rllib:.2f}x") in text
+    assert unsized > sized
+    assert ("orchestrator (priced as a t3.micro, baseline 0.2 vCPU, 824 MiB): 0.020 vCPU mean, "
+            "peak RSS 380 MiB") in text
+    assert "28.8 Mbit/s mean. Fit their priced instances in 1 of 1 runs." in text
