@@ -3,7 +3,7 @@
 Matched: 64x64 tanh MLPs, separate actor and critic (``vf_share_layers=False``), a
 state-independent log-std (``free_log_std=True``), train batch 2048 (``n_envs x rollout``),
 minibatch 64 (2048 / 32), 10 epochs, Adam lr 3e-4, gamma 0.99, lambda 0.95, clip 0.2,
-vf coefficient 0.5, entropy 0, global-norm gradient clip 0.5, no KL penalty, and observation
+vf coefficient 0.5, entropy bonus 0.003 (our default), global-norm gradient clip 0.5, no KL penalty, and observation
 normalisation through the ``MeanStdFilter`` env-to-module connector (clip 10).
 Not matchable in RLlib without custom code, and said so in RESULTS.md: CleanRL's reward
 scaling (RLlib has no return normaliser connector), the clipped value loss of CleanRL (RLlib's

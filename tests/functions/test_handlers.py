@@ -11,7 +11,7 @@ import torch
 
 from functions import actor, evaluator, learner, ppo
 from functions.envs import UnknownEnv
-from functions.messages import Gradient, InvalidEvent, PolicySpec, Trajectory
+from functions.messages import Gradient, InvalidEvent, PolicySpec, PPOHyper, Trajectory
 from functions.normalizer import RunningMeanStd
 from functions.policy import build_policy, init_policy, load_policy_tensors, policy_meta
 from functions.policy import policy_tensors as to_tensors
@@ -243,7 +243,8 @@ def test_gradient_round_trip_equals_a_local_ppo_gradient(run_store, redis_url):
     obs, act = cat["obs"].reshape(-1, 3), cat["actions"].reshape(-1, 1)
     newlogp, ent = model.log_prob_entropy(obs, act)
     loss, _ = ppo.ppo_loss(newlogp, ent, model.get_value(obs), cat["logprobs"].reshape(-1),
-                           adv.reshape(-1), ret.reshape(-1), cat["values"].reshape(-1))
+                           adv.reshape(-1), ret.reshape(-1), cat["values"].reshape(-1),
+                           ent_coef=PPOHyper().ent_coef)  # the learner's default hyper
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
     assert set(g.grads) == {n for n, _ in model.named_parameters()}
