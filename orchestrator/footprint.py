@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cost import PriceTable
+
 MIB = 1024 * 1024
 
 
@@ -39,9 +41,11 @@ class InstanceSize:
     baseline_mbps: float  # sustained network bandwidth (burstable: the baseline)
 
 
-# t3.micro: 1 GiB, of which the OS and agents keep ~200 MiB; 2 vCPU at a 10% baseline each;
-# 64 Mbit/s baseline network (bursts to 5 Gbit/s).
-ORCHESTRATOR_INSTANCE = InstanceSize("t3.micro", 0.2, 1024 - 200, 64.0)
+# t3.micro: 1 GiB, of which the OS and agents keep ~200 MiB; its CPU baseline is the one the
+# price table bills surplus above (one number, in PriceTable); 64 Mbit/s baseline network
+# (bursts to 5 Gbit/s).
+ORCHESTRATOR_INSTANCE = InstanceSize(
+    "t3.micro", PriceTable().orchestrator_baseline_vcpu, 1024 - 200, 64.0)
 # cache.t4g.micro: 0.5 GiB, of which ElastiCache reserves 25% by default (reserved-memory-percent);
 # 2 vCPU at a 10% baseline each; 64 Mbit/s baseline network.
 REDIS_INSTANCE = InstanceSize("cache.t4g.micro", 0.2, 512 * 0.75, 64.0)
@@ -131,7 +135,7 @@ class Footprint:
                                 "memory_mib": inst.memory_mib, "baseline_vcpu": inst.baseline_vcpu}
         over = []
         if self.orchestrator_measured:
-            vcpu = (time.process_time() - self._cpu0) / wall
+            vcpu = (self.orchestrator_cpu_s() - self._cpu_offset) / wall  # this session's
             part["vcpu_mean"] = round(vcpu, 4)
             if vcpu > inst.baseline_vcpu:  # billed (unlimited mode), so a note, not a misfit
                 part["note"] = f"CPU {vcpu:.2f} vCPU above the {inst.baseline_vcpu} baseline: surplus billed"

@@ -113,8 +113,9 @@ class Trainer:
         return self.cost.total(self.total_wall(), dedicated, self.footprint.orchestrator_cpu_s())
 
     def sample_footprint(self) -> None:
-        """The orchestrator's memory and one Redis INFO for the footprint. Not through the store's retries: while Redis is
-        down the loop must not wait on a report (store_guard rides the outage out)."""
+        """The orchestrator's memory and one Redis INFO for the footprint. The INFO goes
+        around the store's retries: while Redis is down the loop must not wait on a report
+        (store_guard rides the outage out)."""
         self.footprint.sample_orchestrator()
         with contextlib.suppress(RedisError, OSError):
             self.footprint.sample_redis(self.rs.store.redis.info())
