@@ -146,7 +146,11 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         if extrapolate:
             before_update = adam.flat.detach().clone()
         sums = L._Stats()
+        epoch_kl, epochs = L._EpochKL(sums), 0
         for epoch in range(hyper.update_epochs):
+            if epoch and L._stop_early(epoch_kl, hyper):  # target_kl, as the learner
+                break
+            epochs += 1
             if epoch == publish_epoch:  # the actors' next rollout starts from here
                 with torch.no_grad():
                     sample_flat.copy_(adam.flat)
@@ -169,12 +173,13 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                 sums.add(mb)
         pol.version += 1
         log.version = pol.version
-        if publish_epoch is not None and publish_epoch >= hyper.update_epochs:
+        if publish_epoch is not None and publish_epoch >= epochs:  # not reached: publish now
             with torch.no_grad():  # published after the whole update: no lag
                 sample_flat.copy_(adam.flat)
             sampler.version = pol.version
         stats = sums.result()
         stats["losses/explained_variance"] = L._explained_variance(batch)
+        stats["losses/update_epochs"] = epochs
         stats["charts/learning_rate"] = adam.lr
         t2 = time.perf_counter()
         t_sample += t1 - t0

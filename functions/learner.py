@@ -371,6 +371,35 @@ class _Stats:
         return {f"losses/{k}": float(v) / max(self.n, 1) for k, v in self.sums.items()}
 
 
+class _EpochKL:
+    """``target_kl``'s measure: the mean approx_kl of one epoch's minibatches, read from a
+    stats accumulator's running sums (eager :class:`_Stats`, or a graphed step's device sums:
+    one read per epoch, never per minibatch)."""
+
+    def __init__(self, acc: _Stats | GraphedStep) -> None:
+        self.acc = acc
+        self.start()
+
+    def _sum(self) -> float:
+        return float(self.acc.sums.get("approx_kl", 0.0))
+
+    def start(self) -> None:
+        self.sum0, self.n0 = self._sum(), self.acc.n
+
+    def mean(self) -> float:
+        return (self._sum() - self.sum0) / max(self.acc.n - self.n0, 1)
+
+
+def _stop_early(kl: _EpochKL, hyper: PPOHyper) -> bool:
+    """End the update after this epoch (``target_kl``)? Starts the next epoch's count if not."""
+    if hyper.target_kl is None:
+        return False
+    if ppo.kl_exceeded(kl.mean(), hyper.target_kl):
+        return True
+    kl.start()
+    return False
+
+
 def _loss_stats(stats: _Stats, graphed: GraphedStep | None) -> dict[str, float]:
     return graphed.stats() if graphed is not None else stats.result()
 
@@ -504,8 +533,13 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm)
                if la is not None and can_graph(device, ev.cuda_graph,
                                                hyper.is_correction == "vtrace") else None)
+    epoch_kl = _EpochKL(graphed if graphed is not None else stats)
+    epochs = 0
     try:
         for epoch in range(hyper.update_epochs):
+            if epoch and _stop_early(epoch_kl, hyper):
+                break
+            epochs += 1
             if epoch and hyper.is_correction == "vtrace":
                 # V-trace targets depend on the current critic: once per epoch, not per
                 # refresh (a whole-batch rebuild per minibatch made it 3x slower).
@@ -561,6 +595,7 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     out["losses/explained_variance"] = ev_explained
     out["compiled"] = loss_fn.compiled
     out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
+    out["losses/update_epochs"] = epochs
     out.update({"gradients": writer.written, "duplicates": writer.duplicates,
                 "versions_used": sorted(set(versions_used)),
                 "_write_s": time.perf_counter() - tw})
@@ -604,7 +639,11 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     obs_rms = RunningMeanStd.from_dict(ev.obs_stats) if ev.obs_stats else pol.obs_rms
     ret_rms = RunningMeanStd.from_dict(ev.ret_stats) if ev.ret_stats else pol.ret_rms
     steps, previews, preview_s, preview = 0, 0, 0.0, ev.previews
+    epoch_kl, epochs = _EpochKL(graphed if graphed is not None else stats), 0
     for epoch in range(hyper.update_epochs):
+        if epoch and _stop_early(epoch_kl, hyper):
+            break
+        epochs += 1
         if epoch and hyper.is_correction == "vtrace":
             batch = build_batch(model, groups, hyper, others)
         if epoch and preview:
@@ -641,6 +680,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     out["losses/explained_variance"] = ev_explained
     out["compiled"] = loss_fn.compiled
     out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
+    out["losses/update_epochs"] = epochs
     out.update({"published_version": target, "optimizer_steps": steps, "gradients": 0,
                 "versions_used": [start_version], "previews": previews,
                 "_write_s": time.perf_counter() - tw + preview_s})

@@ -199,6 +199,12 @@ def ppo_loss(
     return loss, stats
 
 
+def kl_exceeded(epoch_approx_kl: float, target_kl: float | None) -> bool:
+    """CleanRL's ``target_kl`` early stop: does an epoch whose minibatches moved the policy
+    ``epoch_approx_kl`` (mean approx_kl from the update's starting policy) end the update?"""
+    return target_kl is not None and epoch_approx_kl > target_kl
+
+
 def clip_grad_norm_flat_(flat_grad: torch.Tensor, max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` for a gradient already in one flat vector: scale it
     in place by ``min(1, max_norm / (||g|| + 1e-6))``; returns the norm before clipping. (Two

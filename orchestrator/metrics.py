@@ -17,7 +17,7 @@ CSV_COLUMNS = [
     "failures_evaluator", "grads_applied", "grads_dropped", "grads_duplicate",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
     "losses/clipfrac", "losses/explained_variance", "losses/is_truncated_frac",
-    "charts/learning_rate", "orchestrator_cpu_s",
+    "charts/learning_rate", "orchestrator_cpu_s", "losses/update_epochs",
 ]
 
 # CSV column -> TensorBoard tag (CleanRL naming where one exists)
@@ -37,13 +37,25 @@ TB_TAGS = {
 }
 
 
+def existing_columns(path: Path) -> list[str] | None:
+    """The header of an existing, non-empty ``metrics.csv``; None when there is none."""
+    try:
+        with open(path, newline="") as fh:
+            header = next(csv.reader(fh), None)
+    except FileNotFoundError:
+        return None
+    return header or None
+
+
 class MetricsLog:
     def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
         self.path = Path(run_dir) / "metrics.csv"
-        new = not self.path.exists()
+        # A resumed run appends under the header its file has: a run begun by an older
+        # version (fewer columns) keeps its rows aligned and loses only the new columns.
+        self.columns = existing_columns(self.path) or CSV_COLUMNS
         self._fh = open(self.path, "a", newline="")  # noqa: SIM115 - closed in close()
-        self._csv = csv.DictWriter(self._fh, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        if new:
+        self._csv = csv.DictWriter(self._fh, fieldnames=self.columns, extrasaction="ignore")
+        if self.columns is CSV_COLUMNS:
             self._csv.writeheader()
         self.tb = None
         if tensorboard:
@@ -52,7 +64,7 @@ class MetricsLog:
             self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"))
 
     def row(self, values: dict[str, Any]) -> None:
-        self._csv.writerow({k: _fmt(values.get(k)) for k in CSV_COLUMNS})
+        self._csv.writerow({k: _fmt(values.get(k)) for k in self.columns})
         self._fh.flush()
         if self.tb is not None:
             step = int(values.get("env_steps") or 0)

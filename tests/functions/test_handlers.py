@@ -385,6 +385,37 @@ def test_update_mode_publishes_and_keeps_adam_state(run_store, redis_url):
                            target_version=2, hyper=hyper))
 
 
+@pytest.mark.parametrize("mode", ["update", "gradient"])
+def test_target_kl_ends_the_update_after_the_epoch_that_exceeds_it(run_store, redis_url, mode):
+    """CleanRL's ``target_kl``: with a bound the first epoch's steps already exceed, the
+    update stops after that epoch (fewer steps/gradients, a preview-free early end); with a
+    bound nothing reaches, every epoch runs."""
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1")
+    base = {"update_epochs": 4, "num_minibatches": 4, "learning_rate": 3e-3}
+    runs = {}
+    for target_kl, version in ((1e-9, 1), (10.0, 2)):
+        # gradient mode: with look-ahead its weights move as the master's will (without, they
+        # move only when a master publishes, and none runs here)
+        kw = ({"mode": "update", "target_version": version} if mode == "update"
+              else {"lookahead": True})
+        runs[target_kl] = learner.handler(ev(
+            run_store, redis_url, trajectory_ids=ids, invocation_id=f"kl-{version}",
+            hyper={**base, "target_kl": target_kl}, **kw))
+    tight, loose = runs[1e-9], runs[10.0]
+    assert tight["losses/update_epochs"] == 1 and loose["losses/update_epochs"] == 4
+    assert tight["losses/approx_kl"] > 1e-9
+    steps = "optimizer_steps" if mode == "update" else "gradients"
+    assert tight[steps] == 4 and loose[steps] == 16
+    if mode == "update":
+        assert run_store.params.latest().version == 2  # both published their version
+
+
+def test_kl_exceeded_is_cleanrls_check():
+    assert not ppo.kl_exceeded(0.05, None)
+    assert ppo.kl_exceeded(0.021, 0.02) and not ppo.kl_exceeded(0.02, 0.02)
+
+
 def test_update_mode_previews_change_nothing_but_the_preview(redis_url, monkeypatch):
     """With previews the update publishes the same version bit for bit, and stores its
     weights after each epoch but the last as a preview of it while it runs."""
