@@ -112,7 +112,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
-    hyper = hyper or PPOHyper(is_correction="none")
+    hyper = hyper or PPOHyper(is_correction="none", target_kl=None)
     t_setup = time.perf_counter()
     ray.init(include_dashboard=False, num_cpus=max(2, num_env_runners + 1),
              log_to_driver=False, configure_logging=True, logging_level="ERROR")
@@ -188,7 +188,8 @@ def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
     if unmatched:
         p.error(f"--hyper: RLlib's PPO has no counterpart for {unmatched} here "
                 f"(it takes {sorted(RLLIB_HYPER)}; anneal the learning rate with --anneal-lr-steps)")
-    return PPOHyper(is_correction="none", **fields)
+    # RLlib's PPO runs every epoch (its KL counterpart is a penalty, off to match ours)
+    return PPOHyper(is_correction="none", target_kl=None, **fields)
 
 
 def main(argv: list[str] | None = None) -> int:

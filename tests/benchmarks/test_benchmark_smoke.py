@@ -246,6 +246,10 @@ def test_shared_hyper_reaches_every_system_and_gets_its_own_out_folder(tmp_path:
     assert cfg.entropy_coeff == 0.005
     with pytest.raises(SystemExit):
         rllib_ppo._hyper(parser, ["clip_vloss=false"])
+    # RLlib's PPO runs every epoch: its recorded hyper-parameters say so
+    assert rllib_ppo._hyper(parser, []).target_kl is None
+    with pytest.raises(SystemExit):
+        rllib_ppo._hyper(parser, ["target_kl=0.01"])
 
 
 def test_stop_at_return_reaches_every_system_and_ends_the_lean_run(tmp_path: Path) -> None:
