@@ -99,11 +99,15 @@ def test_tiny_training_run(backend: str, mode: str, tmp_path: Path, redis_url: s
     # carried every trajectory; the orchestrator's CPU is its own except inline, whose
     # handlers are threads of its process. (Its memory here is the test session's process:
     # tests/deploy/test_compose.py checks an orchestrator process's fit.)
+    # Whether they fit is not this workload's to say: CartPole in sync-inline mode moves every
+    # trajectory through Redis within seconds and can pass the micro's 64 Mbit/s baseline on
+    # a fast host. The verdict must agree with what was measured; Hopper's fit is benchmarked.
     footprint = summary["footprint"]
-    assert footprint["redis"]["fits"], footprint
-    assert footprint["redis"]["net_mbps_mean"] > 0 and footprint["redis"]["peak_memory_mib"] > 0
+    redis_part = footprint["redis"]
+    assert redis_part["net_mbps_mean"] > 0 and redis_part["peak_memory_mib"] > 0
+    assert redis_part["fits"] == (not redis_part["over"]), footprint
     assert footprint["orchestrator"]["peak_rss_mib"] > 0
-    assert footprint["fits"] == footprint["orchestrator"]["fits"]
+    assert footprint["fits"] == (footprint["orchestrator"]["fits"] and redis_part["fits"])
     orch_cpu = summary["cost"]["orchestrator_cpu_s"]
     if backend == "inline":
         assert footprint["orchestrator"]["vcpu_mean"] is None and orch_cpu == 0.0
