@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -431,6 +432,82 @@ def censored_speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float],
     return None
 
 
+def seed_outcome(run: dict[str, Any], tgt: float) -> tuple[float, float, float | None, bool]:
+    """(wall s, $, env steps, reached) of one run to ``tgt``; a run that never got there gives
+    its whole length and bill (a bound: it would have needed more) and its last env steps."""
+    hit, steps = time_to(run["curve"], tgt), steps_to(run["curve"], tgt)
+    if hit is not None:
+        return hit[0], hit[1], steps, True
+    curve, summary = run["curve"], run["summary"]
+    whole = float((summary.get("cost") or {}).get("total_usd") or 0)
+    last_steps = curve["env_steps"][-1] if curve["env_steps"] else None
+    return float(summary.get("wall_s") or 0), whole, last_steps, False
+
+
+def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str], base: str,
+                   tgt: float) -> list[str]:
+    """One row per run of ``base``: every system's time, $ and env steps to ``tgt`` on that seed
+    and ``base``'s speed and $ ratios against RLlib and the lean PPO, then the median seed.
+    Pooled folders can hold a seed twice: the i-th run of a seed pairs with the i-th of the
+    other systems. A miss counts its whole run, so its ratios are bounds (<=, >=)."""
+    by_seed: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for v in order:
+        for r in data[v]:
+            by_seed.setdefault(v, {}).setdefault(r["seed"], []).append(r)
+    baselines = [o for o in ("rllib", "lean") if o in data]
+    if not baselines:
+        return []
+
+    def nth(variant: str, seed: int, i: int) -> dict[str, Any] | None:
+        runs = by_seed.get(variant, {}).get(seed) or []
+        return runs[i] if i < len(runs) else None
+
+    def cell(run: dict[str, Any] | None) -> str:
+        if run is None:
+            return "-"
+        t, usd, steps, ok = seed_outcome(run, tgt)
+        k = f"{steps / 1000:,.0f}k" if steps is not None else "?"
+        if ok:
+            return f"{t:.0f} s, ${usd:.5f} ({k})"
+        best = max(run["curve"]["episodic_return"], default=float("nan"))
+        return f"missed (best {best:,.0f}; {k}): {t:.0f} s, ${usd:.5f}"
+
+    head = ["seed"] + [LABELS.get(v, v) for v in order]
+    for o in baselines:
+        head += [f"time vs {LABELS[o]}", f"$ vs {LABELS[o]}"]
+    ratios: dict[str, list[float]] = {h: [] for h in head[1 + len(order):]}
+    rows = []
+    for seed in sorted(by_seed.get(base, {})):
+        for i, run in enumerate(by_seed[base][seed]):
+            pair = {v: nth(v, seed, i) for v in order}
+            label = f"{seed}" + (f" ({i + 1})" if len(by_seed[base][seed]) > 1 else "")
+            row = [label] + [cell(pair[v]) for v in order]
+            tb, ub, _, okb = seed_outcome(run, tgt)
+            for o in baselines:
+                if pair[o] is None:
+                    row += ["-", "-"]
+                    continue
+                to, uo, _, oko = seed_outcome(pair[o], tgt)
+                if not (okb or oko):
+                    row += ["n/a", "n/a"]
+                    continue
+                sign_t = "" if okb and oko else ("<= " if not okb else ">= ")
+                sign_u = "" if okb and oko else (">= " if not okb else "<= ")
+                speed, usd = to / max(tb, 1e-9), ub / max(uo, 1e-12)
+                ratios[f"time vs {LABELS[o]}"].append(speed)
+                ratios[f"$ vs {LABELS[o]}"].append(usd)
+                row += [f"{sign_t}{speed:.2f}x", f"{sign_u}{usd:.2f}x"]
+            rows.append(row)
+    if not rows:
+        return []
+    median_row = ["median seed"] + [""] * len(order) + [
+        f"{statistics.median(xs):.2f}x" if xs else "-" for xs in ratios.values()]
+    return [f"Per seed, to {tgt:g} (time, $ and k env steps; ratios are {LABELS.get(base, base)}'s"
+            " speed and $ against each baseline; a run that missed counts its whole run, so its"
+            " ratios are bounds and the median takes them at their bound):", "",
+            *_md_table(head, [*rows, median_row])]
+
+
 # -- figures -----------------------------------------------------------------------------------
 def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> list[Path]:
     import matplotlib
@@ -731,6 +808,7 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     base = next((v for v in order if v == "stellaris" or re.fullmatch(
         r"stellaris\[backend=[a-z]+\]", v)), None)
     if base is not None:
+        lines += per_seed_table(data, order, base, max(targets))
         lines += ratio_lines(st, data, base, "", "Stellaris", ("rllib", "lean", "sync"),
                              targets, minutes)
     if "sync" in st:

@@ -317,3 +317,28 @@ def test_report_gives_the_bill_at_the_unsized_always_on_prices_and_the_footprint
     assert ("orchestrator (priced as a t3.micro, baseline 0.2 vCPU, 824 MiB): 0.020 vCPU mean, "
             "peak RSS 380 MiB") in text
     assert "28.8 Mbit/s mean. Fit their priced instances in 1 of 1 runs." in text
+
+
+def test_per_seed_table_pairs_runs_by_seed_and_bounds_the_ratios_of_a_miss(tmp_path: Path) -> None:
+    """The generated per-seed table: each system's time, $ and env steps to the top target on
+    each seed, Stellaris's ratios against each baseline, a miss's ratios as bounds, and the
+    median seed."""
+    def run(seed: int, wall: list[float], rets: list[float], cost: float) -> dict:
+        curve = {"wall_s": wall, "env_steps": [100_000.0 * (i + 1) for i in range(len(wall))],
+                 "cost_usd": [cost * w / wall[-1] for w in wall], "episodic_return": rets}
+        return {"seed": seed, "curve": curve, "bench": {"minutes": 5},
+                "summary": {"wall_s": wall[-1], "cost": {"total_usd": cost}, "sps": 1.0}}
+    data = {"stellaris": [run(1, [30.0, 60.0], [1000.0, 2000.0], 0.002),
+                          run(2, [150.0, 300.0], [1000.0, 1500.0], 0.018)],
+            "rllib": [run(1, [120.0, 240.0], [1000.0, 2000.0], 0.005),
+                      run(2, [100.0, 200.0], [1000.0, 2000.0], 0.004)],
+            "lean": [run(1, [45.0, 90.0], [1000.0, 2000.0], 0.001)]}
+    lines = compare.per_seed_table(data, ["stellaris", "rllib", "lean"], "stellaris", 2000)
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
+    assert "60 s, $0.00200 (200k)" in rows["1"] and "| 4.00x | 0.40x | 1.50x | 2.00x |" in rows["1"]
+    # seed 2: Stellaris missed (its whole 300 s and $0.018 count); the lean PPO did not run it
+    assert "missed (best 1,500; 200k): 300 s, $0.01800" in rows["2"]
+    assert rows["2"].endswith("| <= 0.67x | >= 4.50x | - | - |")
+    assert rows["median seed"].endswith("| 2.33x | 2.45x | 1.50x | 2.00x |")
+    text = "\n".join(compare.env_report("Hopper-v5", 5, data, [1000, 2000], tmp_path))
+    assert "Per seed, to 2000" in text
