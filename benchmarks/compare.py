@@ -444,18 +444,20 @@ def seed_outcome(run: dict[str, Any], tgt: float) -> tuple[float, float, float |
     return float(summary.get("wall_s") or 0), whole, last_steps, False
 
 
-def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str], base: str,
+def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str],
                    tgt: float) -> list[str]:
-    """One row per run of ``base``: every system's time, $ and env steps to ``tgt`` on that seed
-    and ``base``'s speed and $ ratios against RLlib and the lean PPO, then the median seed.
-    Pooled folders can hold a seed twice: the i-th run of a seed pairs with the i-th of the
-    other systems. A miss counts its whole run, so its ratios are bounds (<=, >=)."""
+    """One row per seed: every system's time, $ and env steps to ``tgt`` on it, and each of
+    our systems' (Stellaris variants, sync PPO) speed and $ ratios against RLlib and the lean
+    PPO on that seed, then the median seed. Pooled folders can hold a seed twice: the i-th run
+    of a seed pairs with the i-th of each other system. A miss counts its whole run, so its
+    ratios are bounds (<=, >=) and the median takes them at their bound."""
     by_seed: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for v in order:
         for r in data[v]:
             by_seed.setdefault(v, {}).setdefault(r["seed"], []).append(r)
     baselines = [o for o in ("rllib", "lean") if o in data]
-    if not baselines:
+    ours = [v for v in order if v not in baselines]
+    if not baselines or not ours:
         return []
 
     def nth(variant: str, seed: int, i: int) -> dict[str, Any] | None:
@@ -472,39 +474,39 @@ def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str], base
         best = max(run["curve"]["episodic_return"], default=float("nan"))
         return f"missed (best {best:,.0f}; {k}): {t:.0f} s, ${usd:.5f}"
 
-    head = ["seed"] + [LABELS.get(v, v) for v in order]
-    for o in baselines:
-        head += [f"time vs {LABELS[o]}", f"$ vs {LABELS[o]}"]
-    ratios: dict[str, list[float]] = {h: [] for h in head[1 + len(order):]}
+    def ratio(mine: dict[str, Any] | None, theirs: dict[str, Any] | None,
+              column: tuple[list[float], list[float]]) -> str:
+        if mine is None or theirs is None:
+            return "-"
+        tm, um, _, ok_m = seed_outcome(mine, tgt)
+        tt, ut, _, ok_t = seed_outcome(theirs, tgt)
+        if not (ok_m or ok_t):
+            return "n/a"
+        speed, usd = tt / max(tm, 1e-9), um / max(ut, 1e-12)
+        column[0].append(speed)
+        column[1].append(usd)
+        if ok_m and ok_t:
+            return f"{speed:.2f}x / {usd:.2f}x"
+        return f"<= {speed:.2f}x / >= {usd:.2f}x" if not ok_m else f">= {speed:.2f}x / <= {usd:.2f}x"
+
+    pairs = [(m, o) for m in ours for o in baselines]
+    head = ["seed"] + [LABELS.get(v, v) for v in order] + [
+        f"{LABELS.get(m, m)} vs {LABELS[o]}: time / $" for m, o in pairs]
+    columns: dict[tuple[str, str], tuple[list[float], list[float]]] = {pr: ([], []) for pr in pairs}
     rows = []
-    for seed in sorted(by_seed.get(base, {})):
-        for i, run in enumerate(by_seed[base][seed]):
-            pair = {v: nth(v, seed, i) for v in order}
-            label = f"{seed}" + (f" ({i + 1})" if len(by_seed[base][seed]) > 1 else "")
-            row = [label] + [cell(pair[v]) for v in order]
-            tb, ub, _, okb = seed_outcome(run, tgt)
-            for o in baselines:
-                if pair[o] is None:
-                    row += ["-", "-"]
-                    continue
-                to, uo, _, oko = seed_outcome(pair[o], tgt)
-                if not (okb or oko):
-                    row += ["n/a", "n/a"]
-                    continue
-                sign_t = "" if okb and oko else ("<= " if not okb else ">= ")
-                sign_u = "" if okb and oko else (">= " if not okb else "<= ")
-                speed, usd = to / max(tb, 1e-9), ub / max(uo, 1e-12)
-                ratios[f"time vs {LABELS[o]}"].append(speed)
-                ratios[f"$ vs {LABELS[o]}"].append(usd)
-                row += [f"{sign_t}{speed:.2f}x", f"{sign_u}{usd:.2f}x"]
-            rows.append(row)
-    if not rows:
-        return []
+    for seed in sorted({s for v in order for s in by_seed.get(v, {})}):
+        repeats = max(len(by_seed.get(v, {}).get(seed) or []) for v in order)
+        for i in range(repeats):
+            runs = {v: nth(v, seed, i) for v in order}
+            rows.append([f"{seed}" + (f" ({i + 1})" if repeats > 1 else "")]
+                        + [cell(runs[v]) for v in order]
+                        + [ratio(runs[m], runs[o], columns[(m, o)]) for m, o in pairs])
     median_row = ["median seed"] + [""] * len(order) + [
-        f"{statistics.median(xs):.2f}x" if xs else "-" for xs in ratios.values()]
-    return [f"Per seed, to {tgt:g} (time, $ and k env steps; ratios are {LABELS.get(base, base)}'s"
-            " speed and $ against each baseline; a run that missed counts its whole run, so its"
-            " ratios are bounds and the median takes them at their bound):", "",
+        f"{statistics.median(t):.2f}x / {statistics.median(u):.2f}x" if t else "-"
+        for t, u in columns.values()]
+    return [f"Per seed, to {tgt:g} (time, $ and k env steps; then our systems' speed and $ "
+            "against each baseline on that seed; a run that missed counts its whole run, so its "
+            "ratios are bounds and the median takes them at their bound):", "",
             *_md_table(head, [*rows, median_row])]
 
 
@@ -807,13 +809,17 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     # Stellaris's sync mode against the two baselines outside Stellaris.
     base = next((v for v in order if v == "stellaris" or re.fullmatch(
         r"stellaris\[backend=[a-z]+\]", v)), None)
+    lines += per_seed_table(data, order, max(targets))
     if base is not None:
-        lines += per_seed_table(data, order, base, max(targets))
         lines += ratio_lines(st, data, base, "", "Stellaris", ("rllib", "lean", "sync"),
                              targets, minutes)
     if "sync" in st:
         lines += ratio_lines(st, data, "sync", "sync PPO ", "sync PPO", ("rllib", "lean"),
                              targets, minutes)
+    # Each ablation of Stellaris (e.g. ``stellaris[hyper.target_kl=0.02]``) against the
+    # baselines too, so a variant is judged on the same lines as the default.
+    for v in (x for x in order if x.startswith("stellaris") and x != base):
+        lines += ratio_lines(st, data, v, f"{v} ", v, ("rllib", "lean"), targets, minutes)
     stell = [v for v in order if v.startswith("stellaris")]
     for v in [*stell, *(["sync"] if "sync" in st else [])]:
         lines += footprint_line(LABELS.get(v, v), st[v]["footprint"])

@@ -126,8 +126,8 @@ def test_report_bounds_the_speedup_from_above_when_stellaris_missed_the_target(t
     def run(wall: list[float], rets: list[float], cost: float, minutes: float) -> dict:
         curve = {"wall_s": wall, "env_steps": [1.0] * len(wall),
                  "cost_usd": [cost * w / wall[-1] for w in wall], "episodic_return": rets}
-        return {"curve": curve, "summary": {"wall_s": wall[-1], "cost": {"total_usd": cost},
-                                            "sps": 1.0}, "bench": {"minutes": minutes}}
+        return {"seed": 1, "curve": curve, "bench": {"minutes": minutes},
+                "summary": {"wall_s": wall[-1], "cost": {"total_usd": cost}, "sps": 1.0}}
     data = {"stellaris": [run([30.0, 60.0, 180.0], [1000.0, 2000.0, 2100.0], 0.018, 3),
                           run([30.0, 180.0], [1000.0, 1500.0], 0.018, 3)],
             "lean": [run([60.0, 100.0, 180.0], [1000.0, 2000.0, 2000.0], 0.006, 3)] * 2}
@@ -174,8 +174,8 @@ def test_report_gives_the_dedicated_vcpu_bill_where_the_runtime_measured_the_cpu
         if dedicated is not None:
             curve["cost_usd_dedicated_vcpu"] = [dedicated / 2, dedicated]
             functions["actor"]["cpu_wait_ms"] = wait_ms
-        return {"curve": curve, "summary": {"wall_s": 60.0, "sps": 1.0, "cost": {
-            "total_usd": cost, "functions": functions}}, "bench": {"minutes": 1}}
+        return {"seed": 1, "curve": curve, "bench": {"minutes": 1}, "summary": {
+            "wall_s": 60.0, "sps": 1.0, "cost": {"total_usd": cost, "functions": functions}}}
     data = {"stellaris": [run(0.010, 0.006, 400.0)] * 2, "lean": [run(0.004, None, None)] * 2}
     text = "\n".join(compare.env_report("Hopper-v5", 1, data, [1000, 2000], tmp_path))
     assert "$ vs lean PPO: 2.50x" in text
@@ -333,12 +333,21 @@ def test_per_seed_table_pairs_runs_by_seed_and_bounds_the_ratios_of_a_miss(tmp_p
             "rllib": [run(1, [120.0, 240.0], [1000.0, 2000.0], 0.005),
                       run(2, [100.0, 200.0], [1000.0, 2000.0], 0.004)],
             "lean": [run(1, [45.0, 90.0], [1000.0, 2000.0], 0.001)]}
-    lines = compare.per_seed_table(data, ["stellaris", "rllib", "lean"], "stellaris", 2000)
+    lines = compare.per_seed_table(data, ["stellaris", "rllib", "lean"], 2000)
     rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
-    assert "60 s, $0.00200 (200k)" in rows["1"] and "| 4.00x | 0.40x | 1.50x | 2.00x |" in rows["1"]
+    assert "60 s, $0.00200 (200k)" in rows["1"] and rows["1"].endswith("| 4.00x / 0.40x | 1.50x / 2.00x |")
     # seed 2: Stellaris missed (its whole 300 s and $0.018 count); the lean PPO did not run it
     assert "missed (best 1,500; 200k): 300 s, $0.01800" in rows["2"]
-    assert rows["2"].endswith("| <= 0.67x | >= 4.50x | - | - |")
-    assert rows["median seed"].endswith("| 2.33x | 2.45x | 1.50x | 2.00x |")
+    assert rows["2"].endswith("| <= 0.67x / >= 4.50x | - |")
+    assert rows["median seed"].endswith("| 2.33x / 2.45x | 1.50x / 2.00x |")
+    # an ablation of Stellaris gets its own ratio columns and its own summary lines
+    data["stellaris[hyper.target_kl=0.02]"] = [run(1, [20.0, 40.0], [1000.0, 2000.0], 0.001)]
+    order = ["stellaris", "rllib", "lean", "stellaris[hyper.target_kl=0.02]"]
+    rows = {line.split(" | ")[0].strip("| "): line
+            for line in compare.per_seed_table(data, order, 2000) if line.startswith("| ")}
+    assert rows["1"].endswith("| 4.00x / 0.40x | 1.50x / 2.00x | 6.00x / 0.20x | 2.25x / 1.00x |")
+    assert rows["2"].endswith("| <= 0.67x / >= 4.50x | - | - | - |")
     text = "\n".join(compare.env_report("Hopper-v5", 5, data, [1000, 2000], tmp_path))
     assert "Per seed, to 2000" in text
+    # (its mean over its one seed against RLlib's over both: 220 s / 40 s)
+    assert "stellaris[hyper.target_kl=0.02] speedup vs RLlib: 5.5x; $ vs RLlib: 0.22x" in text
