@@ -49,10 +49,11 @@ class PPOHyper(BaseModel):
     # CleanRL's ``target_kl``: end a learner's update after the first epoch whose minibatches'
     # mean approx_kl exceeds it (measured from the policy PPO's ratio is taken against: the
     # update's start with ``decoupled``, the behaviour policy otherwise); None: every epoch.
-    # 0.02 by default: on Hopper async reached 2,000 in 24 of 24 runs with it (22 of 24
-    # without) in a mean of 497k env steps (>= 664k without; median 398k vs 442k), as the
-    # bound stops the late updates that collapse the policy's entropy (benchmarks/RESULTS.md,
-    # sessions 23-24). RLlib's matched baseline has no counterpart and runs every epoch.
+    # 0.02 by default: on Hopper async reached 2,000 in all 34 runs with it (22 of 24
+    # without); on the 24 runs a side of sessions 23-24, in a mean of 497k env steps (>= 664k
+    # without; median 398k vs 442k), as the bound stops the late updates that collapse the
+    # policy's entropy; 0.01 and 0.03 did worse (benchmarks/RESULTS.md, sessions 23-25).
+    # RLlib's matched baseline has no counterpart and runs every epoch.
     target_kl: float | None = Field(0.02, gt=0.0)
     # CleanRL's ``anneal_lr``: decay the learning rate linearly towards 0 over the run's budget
     # (functions/ppo.py::annealed_lr). The orchestrator resolves it per learner invocation and
