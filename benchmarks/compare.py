@@ -19,6 +19,8 @@ its own process, and writes:
     python benchmarks/compare.py --quick --report-only        # redraw + rewrite the section
     python benchmarks/compare.py --envs Hopper-v5 --minutes 5 --report-only \
         --out benchmarks/out/compare-s17 --pool benchmarks/out/compare-s16   # pool sessions
+    python benchmarks/compare.py ... --report-only --pool <older out> --label-by-hyper
+        # pool sessions by the hyper-parameters each run recorded, not the flags of then
 
 System names: ``stellaris`` (async, ``--backend``, default local runtime), ``sync`` (our
 synchronous PPO on the same functions: 2 actors x 4 envs x 256 steps = a 2048-step round, the
@@ -250,16 +252,47 @@ def unsized_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> lis
         curve["cost_usd"], curve["wall_s"], curve["orchestrator_cpu_s"], strict=True)]
 
 
-def collect_pooled(roots: list[Path]) -> dict[str, list[dict[str, Any]]]:
+def collect_pooled(roots: list[Path], by_hyper: bool = False) -> dict[str, list[dict[str, Any]]]:
     """:func:`collect` over several env/budget folders (e.g. earlier sessions' ``--out``), each
     variant's runs in one list. A seed found in two folders counts twice: an async run is not
     reproducible from its seed (which version each actor samples with depends on timing), so
-    each run is its own draw."""
+    each run is its own draw. ``by_hyper``: each run under :func:`label_by_hyper`'s name."""
     out: dict[str, list[dict[str, Any]]] = {}
     for root in roots:
         for variant, runs in collect(root).items():
-            out.setdefault(variant, []).extend(runs)
+            for run in runs:
+                out.setdefault(label_by_hyper(variant, run) if by_hyper else variant, []).append(run)
     return out
+
+
+def default_hyper(system: str) -> dict[str, Any]:
+    """What ``system`` runs with when given no hyper-parameters today: RLlib's matched baseline
+    for RLlib, PPOHyper's defaults for ours."""
+    from benchmarks.rllib_ppo import baseline_hyper  # imports torch: only when relabelling
+    from functions.messages import PPOHyper
+
+    return (baseline_hyper() if system == "rllib" else PPOHyper()).model_dump()
+
+
+def label_by_hyper(variant: str, run: dict[str, Any]) -> str:
+    """``variant`` renamed for the hyper-parameters its run recorded (``config.json``): the
+    system, its tags that are not hyper-parameters, and each PPOHyper field that differs from
+    what the system runs with by default today (``hyper.target_kl=null``). Runs of the same
+    settings then pool across sessions whatever flags, or defaults, named them then; a field
+    the run did not record (it predates it) is ``unrecorded``, so such a run never passes for
+    today's defaults. A run without a recorded ``hyper`` keeps its name."""
+    cfg = run["dir"] / "config.json"
+    hyper = json.loads(cfg.read_text()).get("hyper") if cfg.exists() else None
+    if not isinstance(hyper, dict):
+        return variant
+    name, _, rest = variant.partition("[")
+    system = run["bench"].get("system") or name
+    tags = [t for t in rest.rstrip("]").split(",") if t and not t.startswith("hyper.")]
+    for field, default in default_hyper(system).items():
+        value = json.dumps(hyper[field]) if field in hyper else "unrecorded"
+        if field not in hyper or hyper[field] != default:
+            tags.append(f"hyper.{field}={value}")
+    return f"{system}[{','.join(tags)}]" if tags else system
 
 
 def return_at(curve: dict[str, list[float]], t: float) -> float | None:
@@ -648,6 +681,12 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
         if "steps" in ci:
             spread += (f"; env steps to {tgt:g}: {name} needs {ci['steps']:.2f}x "
                        f"{who}'s (above 1: {who} learns more per env step)")
+        # Means over each side's own seeds: say so when those differ (a pooled report's
+        # ablation ran on some of the baseline's seeds), as the per-seed table pairs them.
+        mine, theirs = sorted(r["seed"] for r in data[base]), sorted(r["seed"] for r in data[other])
+        if mine != theirs:
+            spread += (f"; over different seeds ({who} {len(mine)} runs, {name} {len(theirs)}: "
+                       "the per-seed table pairs them)")
         lines.append(f"{prefix}speedup vs {name}: {ratio:.1f}x{note}; $ vs {name}: {usd:.2f}x"
                      + spread)
         lines.append("")
@@ -890,6 +929,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="also report the runs under these --out folders (same envs and "
                    "budget), e.g. earlier sessions' seeds, pooled with --out's; figures go "
                    "under --out")
+    p.add_argument("--label-by-hyper", action="store_true",
+                   help="report each run under its system and the hyper-parameters it recorded "
+                   "that differ from today's defaults (e.g. stellaris[hyper.target_kl=null]), "
+                   "so runs of the same settings pool across sessions whatever named them then")
     p.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")
     p.add_argument("--report-only", action="store_true", help="no runs: redraw and rewrite")
@@ -929,7 +972,8 @@ def main(argv: list[str] | None = None) -> int:
     body: list[str] = []
     for env in envs:
         root = budget_dir(out, env, minutes)
-        data = collect_pooled([root] + [budget_dir(Path(o), env, minutes) for o in a.pool])
+        data = collect_pooled([root] + [budget_dir(Path(o), env, minutes) for o in a.pool],
+                              by_hyper=a.label_by_hyper)
         targets = a.targets or sorted(set(TARGETS.get(env, [1000, 2000]) + (
             QUICK_TARGETS.get(env, []) if minutes < 5 else [])))
         if data:
@@ -943,7 +987,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Generated by `{cmd.strip()}` on {time.strftime('%Y-%m-%d %H:%M')}"
             + (" from the run folders already under `--out` (each run's command, exit status "
                "and load are in its `bench.json`)" if a.report_only else "")
-            + (", pooled with those under `--pool`" if a.pool else "") + " (2-core shared "
+            + (", pooled with those under `--pool`" if a.pool else "")
+            + (", each run named for its recorded hyper-parameters that differ from today's "
+               "defaults (`--label-by-hyper`)" if a.label_by_hyper else "") + " (2-core shared "
             "machine; runs are sequential, one system at a time). Same wall-clock budget, seeds, "
             "price table and clock for every system: Stellaris and our sync PPO are billed per "
             "function invocation (Lambda GB-s + requests) plus the orchestrator VM and Redis for "

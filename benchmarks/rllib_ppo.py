@@ -101,6 +101,13 @@ def _get(result: dict[str, Any], *paths: str) -> Any:
     return None
 
 
+def baseline_hyper(**fields: Any) -> PPOHyper:
+    """The hyper-parameters RLlib's matched baseline runs with: ours, except what RLlib's PPO
+    has no counterpart for: no IS correction, and every epoch (no ``target_kl``; RLlib's KL
+    counterpart is a penalty, off to match ours)."""
+    return PPOHyper(**{"is_correction": "none", "target_kl": None, **fields})
+
+
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           num_env_runners: int = 2, hyper: PPOHyper | None = None,
@@ -112,7 +119,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
-    hyper = hyper or PPOHyper(is_correction="none", target_kl=None)
+    hyper = hyper or baseline_hyper()
     t_setup = time.perf_counter()
     ray.init(include_dashboard=False, num_cpus=max(2, num_env_runners + 1),
              log_to_driver=False, configure_logging=True, logging_level="ERROR")
@@ -188,8 +195,7 @@ def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
     if unmatched:
         p.error(f"--hyper: RLlib's PPO has no counterpart for {unmatched} here "
                 f"(it takes {sorted(RLLIB_HYPER)}; anneal the learning rate with --anneal-lr-steps)")
-    # RLlib's PPO runs every epoch (its KL counterpart is a penalty, off to match ours)
-    return PPOHyper(is_correction="none", target_kl=None, **fields)
+    return baseline_hyper(**fields)
 
 
 def main(argv: list[str] | None = None) -> int:

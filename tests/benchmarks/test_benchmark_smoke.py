@@ -351,3 +351,47 @@ def test_per_seed_table_pairs_runs_by_seed_and_bounds_the_ratios_of_a_miss(tmp_p
     assert "Per seed, to 2000" in text
     # (its mean over its one seed against RLlib's over both: 220 s / 40 s)
     assert "stellaris[hyper.target_kl=0.02] speedup vs RLlib: 5.5x; $ vs RLlib: 0.22x" in text
+
+
+def test_label_by_hyper_pools_runs_by_what_they_ran_with_not_what_named_them(tmp_path: Path) -> None:
+    """A run made with ``--set hyper.target_kl=0.02`` when that was not the default pools with
+    today's default runs; one made under an older default gets named for its difference
+    (``hyper.target_kl=null``); RLlib is judged against its own matched baseline; a field a run
+    did not record never passes for today's default."""
+    from benchmarks import rllib_ppo
+    from functions.messages import PPOHyper
+
+    old, new = tmp_path / "s24", tmp_path / "s25"
+    runs = [  # (out, folder, system, variant of then, seed, hyper it recorded)
+        (old, "stellaris", "stellaris", "stellaris", 1, PPOHyper(target_kl=None).model_dump()),
+        (old, "stellaris_kl", "stellaris", "stellaris[hyper.target_kl=0.02]", 1,
+         PPOHyper(target_kl=0.02).model_dump()),
+        (old, "rllib", "rllib", "rllib", 1, rllib_ppo.baseline_hyper().model_dump()),
+        (new, "stellaris", "stellaris", "stellaris", 2, PPOHyper().model_dump()),
+        (new, "rllib", "rllib", "rllib", 2, rllib_ppo.baseline_hyper().model_dump()),
+        (new, "lean", "lean", "lean", 2,
+         {k: v for k, v in PPOHyper().model_dump().items() if k != "target_kl"}),
+    ]
+    for out, folder, system, variant, seed, hyper in runs:
+        run_dir = compare.budget_dir(out, "Hopper-v5", 5) / folder / f"seed{seed}"
+        _write_run(run_dir, [50.0, 100.0], [1000.0, 2000.0], 0.01)
+        (run_dir / "bench.json").write_text(json.dumps({"system": system, "variant": variant}))
+        (run_dir / "config.json").write_text(json.dumps({"hyper": hyper}))
+    roots = [compare.budget_dir(o, "Hopper-v5", 5) for o in (new, old)]
+    as_named = compare.collect_pooled(roots)
+    assert sorted(as_named) == ["lean", "rllib", "stellaris", "stellaris[hyper.target_kl=0.02]"]
+    data = compare.collect_pooled(roots, by_hyper=True)
+    assert PPOHyper().target_kl == 0.02  # the premise: today's default
+    assert sorted(data) == ["lean[hyper.target_kl=unrecorded]", "rllib", "stellaris",
+                            "stellaris[hyper.target_kl=null]"]
+    assert sorted(r["seed"] for r in data["stellaris"]) == [1, 2]
+    assert sorted(r["seed"] for r in data["rllib"]) == [1, 2]
+    results = tmp_path / "RESULTS.md"
+    assert compare.main(["--envs", "Hopper-v5", "--minutes", "5", "--report-only", "--out",
+                         str(new), "--pool", str(old), "--label-by-hyper", "--results",
+                         str(results)]) == 0
+    text = results.read_text()
+    assert "(`--label-by-hyper`)" in text
+    assert "Stellaris (async) 2, RLlib 2.60 PPO 2" in text
+    # an ablation that ran on some of the pooled baseline's seeds says its means are unpaired
+    assert "over different seeds (stellaris[hyper.target_kl=null] 1 runs, RLlib 2:" in text
