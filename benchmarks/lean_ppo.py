@@ -38,6 +38,7 @@ from functions.actor import rollout  # noqa: E402
 from functions.adam import FlatAdam  # noqa: E402
 from functions.compiled import MinibatchLoss  # noqa: E402
 from functions.envs import WarmEnv  # noqa: E402
+from functions.fused import FusedStep  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
 from functions.policy import flatten_parameters, init_policy  # noqa: E402
@@ -107,6 +108,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     stale = FlatAdam(stale_model, lr=0.0, eps=L.ADAM_EPS) if grad_delay else adam  # its views
     history: deque[torch.Tensor] = deque(maxlen=grad_delay + 1)
     loss_fn = MinibatchLoss(hyper, compile)
+    step = FusedStep(hyper, loss_fn, fused=compile)  # the learner's update-mode step
     # extrapolate: actors sample with a guess at the next weights (a copy; normalisers shared)
     sampler = pol
     if extrapolate or publish_epoch is not None:
@@ -159,7 +161,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                 batch = L.build_batch(model, groups, hyper, [])
             for idx in L._minibatches(len(batch), hyper, gen):
                 if not grad_delay:  # the sync learner's step, exactly
-                    sums.add(L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
+                    sums.add(step(model, batch, idx, adam))
                     continue
                 # the gradient at the weights of grad_delay Adam steps earlier
                 history.append(adam.flat.detach().clone())

@@ -1,12 +1,14 @@
-"""Cost of one PPO minibatch step on the learner's CPU, per-tensor vs flat optimizer path.
+"""Cost of one PPO minibatch step on the learner's CPU: per-tensor, flat and fused paths.
 
 Hopper-v5's 64x64 policy, a synthetic 2,048-sample batch, the compiled minibatch loss, one
-thread; 320 steps (10 epochs x 32 minibatches) per timing, the two paths alternated:
+thread; 320 steps (10 epochs x 32 minibatches) per timing, the three paths alternated:
 
 - per-tensor: ``zero_grad``, ``clip_grad_norm_`` and ``torch.optim.Adam.step`` over the
   module's parameter tensors (what the sync learner and the lean PPO did before session 7);
 - flat: :func:`functions.learner.ppo_step` with :class:`functions.adam.FlatAdam` (one cat, a
-  two-op global-norm clip, one fused Adam kernel).
+  two-op global-norm clip, one fused Adam kernel): the eager reference since session 7;
+- fused: :class:`functions.fused.FusedStep`, the same step as one compiled graph (forward,
+  backward, clip and Adam), what update-mode learners and the lean PPO take since session 28.
 
     python benchmarks/step_bench.py --repeats 3
 """
@@ -25,18 +27,25 @@ import torch  # noqa: E402
 from functions import learner as L  # noqa: E402
 from functions.adam import FlatAdam  # noqa: E402
 from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
+from functions.fused import FusedStep  # noqa: E402
 from functions.messages import PPOHyper  # noqa: E402
 from functions.policy import init_policy  # noqa: E402
 
 
-def us_per_step(flat: bool, env_id: str, epochs: int = 10) -> float:
+def us_per_step(path: str, env_id: str, epochs: int = 10) -> float:
     hyper = PPOHyper()
     model, _ = init_policy(env_id, seed=0)
     batch = synthetic_batch(model, 2048)
     loss_fn = MinibatchLoss(hyper, compile=True)
     gen = torch.Generator().manual_seed(0)
     stats = L._Stats()
-    if flat:
+    if path == "fused":
+        adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
+        fused = FusedStep(hyper, loss_fn, fused=True)
+
+        def step(idx: torch.Tensor) -> None:
+            stats.add(fused(model, batch, idx, adam))
+    elif path == "flat":
         adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
 
         def step(idx: torch.Tensor) -> None:
@@ -71,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     for r in range(a.repeats):
-        old, new = us_per_step(False, a.env), us_per_step(True, a.env)
-        print(f"repeat {r + 1}: per-tensor {old:.0f} us/step, flat {new:.0f} us/step, "
-              f"{old / new:.2f}x", flush=True)
+        old, flat, fused = (us_per_step(p, a.env) for p in ("per-tensor", "flat", "fused"))
+        print(f"repeat {r + 1}: per-tensor {old:.0f} us/step, flat {flat:.0f} us/step, "
+              f"fused {fused:.0f} us/step; flat/fused {flat / fused:.2f}x", flush=True)
     return 0
 
 

@@ -122,10 +122,15 @@ def clipped_grad(loss_fn: LossFn | MinibatchLoss, model: torch.nn.Module,
 
 def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
                minibatch: int = 64) -> float:
-    """Compile the loss for ``env_id``'s policy shapes once, filling inductor's disk cache
-    (seconds later, in any process on this machine, instead of ~15 s); returns the seconds it
-    took. For benchmarks (every run, not only the first, finds the cache warm) and for
-    images built for short-lived execution environments."""
+    """Compile the loss and the fused whole step (:mod:`functions.fused`) for ``env_id``'s
+    policy shapes once, filling inductor's disk cache (seconds later, in any process on this
+    machine, instead of ~15 s); returns the seconds it took. For benchmarks (every run, not
+    only the first, finds the cache warm) and for images built for short-lived execution
+    environments."""
+    from functions.adam import FlatAdam  # here: these import this module
+    from functions.fused import FusedStep
+    from functions.learner import ADAM_EPS
+
     hyper = hyper or PPOHyper()
     model, _ = init_policy(env_id, seed=0)
     b = synthetic_batch(model, batch)
@@ -135,6 +140,10 @@ def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
     loss.backward()
     if not fn.compiled:
         raise RuntimeError("torch.compile is not available here (see the warning above)")
+    step = FusedStep(hyper, fn, fused=True)
+    step(model, b, torch.arange(minibatch), FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS))
+    if not step.steps_fused:
+        raise RuntimeError("torch.compile of the fused step failed here (see the warning above)")
     return time.perf_counter() - t0
 
 

@@ -36,6 +36,7 @@ import torch
 from functions import ppo
 from functions.adam import FlatAdam
 from functions.compiled import MinibatchLoss, clipped_grad
+from functions.fused import FusedStep
 from functions.graphed import GraphedStep, can_graph
 from functions.lookahead import Lookahead
 from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
@@ -617,7 +618,8 @@ def _load_adam(rs: RunStore, model: ActorCritic, lr: float,
 def ppo_step(loss_fn: MinibatchLoss, model: ActorCritic, batch: Flat, idx: torch.Tensor,
              adam: FlatAdam, max_grad_norm: float) -> dict[str, torch.Tensor]:
     """One PPO minibatch: loss, backward, the global-norm clip, one Adam step; the minibatch's
-    stats. The sync learner's and the lean PPO's step (so they stay bit-identical)."""
+    stats. The eager reference of :class:`functions.fused.FusedStep`, which the sync learner
+    and the lean PPO step with (so they stay bit-identical to each other)."""
     flat_grad, mb_stats = clipped_grad(loss_fn, model, adam.params, batch, idx, max_grad_norm)
     adam.step(flat_grad)
     return mb_stats
@@ -633,6 +635,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     batch = build_batch(model, groups, hyper, others)
     ev_explained = _explained_variance(batch)
     loss_fn = MinibatchLoss(hyper, ev.compile)
+    step = FusedStep(hyper, loss_fn, fused=ev.compile)
     device = adam.flat.device
     graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm, adam.optimizer, adam.flat)
                if can_graph(device, ev.cuda_graph, hyper.is_correction == "vtrace") else None)
@@ -664,7 +667,7 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
                 steps += 1
             continue
         for idx in minibatches:
-            stats.add(ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
+            stats.add(step(model, batch, idx, adam))
             steps += 1
     adam.zero_grad()
 
@@ -678,7 +681,8 @@ def _update_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list
     POLICIES.set_version(rs, target, obs_rms, ret_rms)
     out: dict[str, Any] = _loss_stats(stats, graphed)
     out["losses/explained_variance"] = ev_explained
-    out["compiled"] = loss_fn.compiled
+    out["compiled"] = loss_fn.compiled or step.steps_fused > 0
+    out["fused_steps"] = step.steps_fused
     out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
     out["losses/update_epochs"] = epochs
     out.update({"published_version": target, "optimizer_steps": steps, "gradients": 0,
