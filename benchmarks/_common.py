@@ -123,10 +123,11 @@ def _fmt(v: Any) -> Any:
 def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
     """Rows of a run's metrics.csv that have a return: wall_s, env_steps, cost_usd (and the
     same at dedicated vCPUs: cost_usd where a run predates that column), return, and the
-    orchestrator's CPU seconds so far (0 where a run predates that column or has none)."""
+    orchestrator's and Redis's CPU seconds so far (0 where a run predates that column or has
+    none)."""
     cols: dict[str, list[float]] = {"wall_s": [], "env_steps": [], "cost_usd": [],
                                     "cost_usd_dedicated_vcpu": [], "episodic_return": [],
-                                    "orchestrator_cpu_s": []}
+                                    "orchestrator_cpu_s": [], "redis_cpu_s": []}
     path = Path(run_dir) / "metrics.csv"
     if not path.exists():
         return cols

@@ -233,23 +233,46 @@ def collect(root: Path) -> dict[str, list[dict[str, Any]]]:
                 continue
             curve = read_curve(sdir)
             curve["cost_usd_unsized"] = unsized_costs(curve, summary)
+            curve["cost_usd_redis_node"] = redis_node_costs(curve, summary)
             out.setdefault(bench.get("variant", vdir.name), []).append({
                 "dir": sdir, "seed": int(sdir.name[4:]), "curve": curve,
                 "summary": summary, "bench": bench})
     return out
 
 
-def unsized_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> list[float]:
-    """A run's $ column with its always-on parts at the unsized prices (a t3.medium
-    orchestrator and a cache.t4g.small Redis, as sessions 1-21 priced them), to report next to
-    the sized ones; a serverful run's bill (one machine) is the same at both."""
+def repriced_costs(curve: dict[str, list[float]], summary: dict[str, Any],
+                   overrides: dict[str, float], redis_on_orchestrator: bool) -> list[float]:
+    """A run's $ column with its always-on parts priced by ``overrides`` on top of the run's
+    prices and Redis placed as asked; a serverful run's bill (one machine) is unchanged.
+    Redis's CPU (it shares the orchestrator's baseline only where it runs there) is the row's,
+    or for runs from before session 28, which logged none, its run's mean rate."""
     cost = summary.get("cost") or {}
     if "orchestrator" not in (cost.get("fixed") or {}):
         return list(curve["cost_usd"])
     run_prices = PriceTable.from_overrides(cost.get("prices"))
-    unsized = PriceTable.from_overrides({**(cost.get("prices") or {}), **UNSIZED_FIXED_PRICES})
-    return [reprice_fixed(c, w, cpu, run_prices, unsized) for c, w, cpu in zip(
-        curve["cost_usd"], curve["wall_s"], curve["orchestrator_cpu_s"], strict=True)]
+    other = PriceTable.from_overrides({**(cost.get("prices") or {}), **overrides})
+    redis_cpu = curve.get("redis_cpu_s") or []
+    if not any(redis_cpu):
+        vcpu = float(((summary.get("footprint") or {}).get("redis") or {}).get("vcpu_mean") or 0.0)
+        redis_cpu = [vcpu * w for w in curve["wall_s"]]
+    return [reprice_fixed(c, w, cpu, run_prices, other,
+                          bool(cost.get("redis_on_orchestrator", False)), redis_on_orchestrator,
+                          rcpu)
+            for c, w, cpu, rcpu in zip(curve["cost_usd"], curve["wall_s"],
+                                       curve["orchestrator_cpu_s"], redis_cpu, strict=True)]
+
+
+def unsized_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> list[float]:
+    """A run's $ column with its always-on parts at the unsized prices (a t3.medium
+    orchestrator and a cache.t4g.small Redis of its own, as sessions 1-21 priced them), to
+    report next to the sized ones."""
+    return repriced_costs(curve, summary, UNSIZED_FIXED_PRICES, redis_on_orchestrator=False)
+
+
+def redis_node_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> list[float]:
+    """A run's $ column with Redis on a cache.t4g.micro of its own, as sessions 22-27 priced
+    every run (since session 28 Redis runs on the orchestrator's instance by default)."""
+    return repriced_costs(curve, summary, {}, redis_on_orchestrator=False)
 
 
 def collect_pooled(roots: list[Path], by_hyper: bool = False) -> dict[str, list[dict[str, Any]]]:
@@ -391,11 +414,13 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
         hits = [time_to(x["curve"], tgt) for x in runs]
         dedicated = [time_to(x["curve"], tgt, "cost_usd_dedicated_vcpu") for x in runs]
         unsized = [time_to(x["curve"], tgt, "cost_usd_unsized") for x in runs]
+        redis_node = [time_to(x["curve"], tgt, "cost_usd_redis_node") for x in runs]
         steps = [steps_to(x["curve"], tgt) for x in runs]
         out["to"][tgt] = {"reached": sum(h is not None for h in hits), "n": len(runs),
                           "t": [h[0] for h in hits if h], "usd": [h[1] for h in hits if h],
                           "usd_dedicated": [h[1] for h in dedicated if h],
                           "usd_unsized": [h[1] for h in unsized if h],
+                          "usd_redis_node": [h[1] for h in redis_node if h],
                           "steps": [n for n in steps if n is not None]}
     return out
 
@@ -691,6 +716,7 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
                      + spread)
         lines.append("")
         lines += dedicated_line(st[base], st[other], tgt, prefix, who, name)
+        lines += redis_node_line(st[base], st[other], tgt, prefix, name)
         lines += unsized_line(st[base], st[other], tgt, prefix, name)
         upper = censored_speedup(st[other], st[base], targets, data[base], minutes)
         if upper is not None and upper[0] > tgt:
@@ -736,20 +762,37 @@ def dedicated_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str
             f"core of the shared host, which on Lambda each would have had to itself", ""]
 
 
-def unsized_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str,
-                 name: str) -> list[str]:
-    """``$ vs X at the unsized always-on prices``: the same runs with the orchestrator and Redis
-    priced as sessions 1-21 priced them (t3.medium, cache.t4g.small), so a ratio is never
-    reported only at the newer, smaller prices; nothing when the two bills are the same."""
-    ua, ub = a["to"][tgt]["usd_unsized"], b["to"][tgt]["usd_unsized"]
+def _repriced_line(a: dict[str, Any], b: dict[str, Any], tgt: float, key: str,
+                   head: str) -> list[str]:
+    """``<head>: N.NNx (interval)`` from the ``key`` bills of the same runs; nothing when
+    those bills are the runs' own."""
+    ua, ub = a["to"][tgt].get(key) or [], b["to"][tgt].get(key) or []
     if not ua or not ub or all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(
             ua, a["to"][tgt]["usd"], strict=True)):
         return []
     ratio = (sum(ua) / len(ua)) / max(sum(ub) / len(ub), 1e-12)
     ci = bootstrap_ratio_ci(ua, ub)
     spread = f" (95% bootstrap interval {ci[0]:.2f}–{ci[1]:.2f}x)" if ci is not None else ""
-    return [f"{prefix}$ vs {name} at the unsized always-on prices (a t3.medium orchestrator and "
-            f"a cache.t4g.small Redis, as sessions 1–21): {ratio:.2f}x{spread}", ""]
+    return [f"{head}: {ratio:.2f}x{spread}", ""]
+
+
+def redis_node_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str,
+                    name: str) -> list[str]:
+    """``$ vs X with Redis on its own node``: runs that put Redis on the orchestrator's
+    instance (the default since session 28) priced as sessions 22-27 priced every run."""
+    return _repriced_line(a, b, tgt, "usd_redis_node",
+                          f"{prefix}$ vs {name} with Redis on a cache.t4g.micro of its own "
+                          "(`--set redis_host=elasticache`, as sessions 22–27 priced it)")
+
+
+def unsized_line(a: dict[str, Any], b: dict[str, Any], tgt: float, prefix: str,
+                 name: str) -> list[str]:
+    """``$ vs X at the unsized always-on prices``: the same runs with the orchestrator and Redis
+    priced as sessions 1-21 priced them (t3.medium, cache.t4g.small), so a ratio is never
+    reported only at the newer, smaller prices; nothing when the two bills are the same."""
+    return _repriced_line(a, b, tgt, "usd_unsized",
+                          f"{prefix}$ vs {name} at the unsized always-on prices (a t3.medium "
+                          "orchestrator and a cache.t4g.small Redis, as sessions 1–21)")
 
 
 def footprint_line(label: str, footprints: list[dict[str, Any]]) -> list[str]:

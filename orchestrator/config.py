@@ -199,6 +199,13 @@ class TrainConfig(BaseModel):
     autoscale: bool = Field(False, description="Grow/shrink actors in flight to keep learners fed.")
     max_actors: int = Field(8, ge=1, description="Upper bound of actors in flight with --autoscale.")
     budget_usd: float | None = Field(None, gt=0, description="Stop when the run's cost reaches this.")
+    redis_host: Literal["orchestrator", "elasticache"] = Field(
+        "orchestrator", description="Where Redis runs, for the bill and its footprint check: on "
+        "the orchestrator's instance (as docker compose and the embedded Redis run it; Lambda "
+        "functions reach it in the VPC) or on its own ElastiCache node (cache.t4g.micro, "
+        "prices.redis_hour_usd). The orchestrator's t3.micro then carries both: their CPU "
+        "together above its baseline is billed as burst."
+    )
     prices: dict[str, float] = Field(
         default_factory=dict, description="Overrides of the price table (orchestrator/cost.py "
         "PriceTable), e.g. --set prices.orchestrator_hour_usd=0.0416 to price a t3.medium "

@@ -13,6 +13,12 @@ used and says when a run outgrew its priced instance. A burstable instance runs 
 baseline CPU share in "unlimited" mode (T3's default) and is billed for the surplus vCPU-hours,
 so the orchestrator's bill includes that surplus, from the CPU time it measured.
 
+Where Redis runs is the deployment's choice (``redis_host``): on the orchestrator's instance
+(the default, as ``docker compose`` and the embedded Redis of ``stellaris train`` run it; on AWS
+the functions reach it in the VPC as they would reach ElastiCache) it adds no line of its own,
+and the instance's CPU above its baseline is the two processes' together; on its own ElastiCache
+node it is billed as one. :mod:`orchestrator.footprint` checks either against its instance.
+
 A second figure, never the headline: the same bill at **dedicated vCPUs**. Where functions run
 on a shared host (the local runtime on a laptop), part of each billed duration is time spent
 waiting for one of its cores, which the runtime measures (``cpu_wait_ms``); on Lambda every
@@ -70,6 +76,8 @@ class CostMeter:
 
     prices: PriceTable = field(default_factory=PriceTable)
     serverless: bool = True
+    # Redis runs on the orchestrator's instance: no Redis line; the CPU passed in is both's
+    redis_on_orchestrator: bool = False
     components: dict[str, dict[str, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -100,52 +108,71 @@ class CostMeter:
             usd = billed_ms / 1000.0 * self.prices.gpu_instance_hour_usd / 3600.0
         return billed_ms, usd
 
-    def fixed_usd(self, wall_s: float, orchestrator_cpu_s: float = 0.0) -> dict[str, float]:
+    def fixed_usd(self, wall_s: float, orchestrator_cpu_s: float = 0.0,
+                  redis_cpu_s: float = 0.0) -> dict[str, float]:
         """Always-on components for ``wall_s`` seconds, during which the orchestrator used
-        ``orchestrator_cpu_s`` CPU seconds (billed where they exceed its baseline share)."""
-        return fixed_usd(self.prices, self.serverless, wall_s, orchestrator_cpu_s)
+        ``orchestrator_cpu_s`` CPU seconds and Redis ``redis_cpu_s``: the instance's CPU above
+        its baseline share is billed (the orchestrator's, plus Redis's where Redis runs on it)."""
+        cpu = orchestrator_cpu_s + (redis_cpu_s if self.redis_on_orchestrator else 0.0)
+        return fixed_usd(self.prices, self.serverless, wall_s, cpu, self.redis_on_orchestrator)
 
-    def total(self, wall_s: float, dedicated: bool = False, orchestrator_cpu_s: float = 0.0) -> float:
+    def total(self, wall_s: float, dedicated: bool = False, orchestrator_cpu_s: float = 0.0,
+              redis_cpu_s: float = 0.0) -> float:
         """USD so far; ``dedicated``: the functions billed without their shared-CPU wait."""
         key = "usd_dedicated" if dedicated else "usd"
         with self._lock:
             variable = sum(c.get(key, c["usd"]) for c in self.components.values())
-        return variable + sum(self.fixed_usd(wall_s, orchestrator_cpu_s).values())
+        return variable + sum(self.fixed_usd(wall_s, orchestrator_cpu_s, redis_cpu_s).values())
 
-    def report(self, wall_s: float, orchestrator_cpu_s: float = 0.0) -> dict[str, Any]:
+    def report(self, wall_s: float, orchestrator_cpu_s: float = 0.0,
+               redis_cpu_s: float = 0.0) -> dict[str, Any]:
         with self._lock:
             comps = {k: dict(v) for k, v in self.components.items()}
-        fixed = self.fixed_usd(wall_s, orchestrator_cpu_s)
+        fixed = self.fixed_usd(wall_s, orchestrator_cpu_s, redis_cpu_s)
         return {
             "wall_s": wall_s,
             "orchestrator_cpu_s": orchestrator_cpu_s,
+            "redis_cpu_s": redis_cpu_s,
             "functions": comps,
             "fixed": fixed,
             "total_usd": sum(c["usd"] for c in comps.values()) + sum(fixed.values()),
             "total_usd_dedicated_vcpu": sum(c.get("usd_dedicated", c["usd"]) for c in comps.values())
             + sum(fixed.values()),
             "prices": asdict(self.prices),
+            "redis_on_orchestrator": self.redis_on_orchestrator,
         }
 
 
 def fixed_usd(prices: PriceTable, serverless: bool, wall_s: float,
-              orchestrator_cpu_s: float = 0.0) -> dict[str, float]:
+              orchestrator_cpu_s: float = 0.0, redis_on_orchestrator: bool = False
+              ) -> dict[str, float]:
     """The always-on part of a bill: a serverless run's orchestrator VM (its hourly price plus
-    any CPU above its baseline share, at the burst price) and Redis; a serverful one's machine."""
+    any CPU above its baseline share, at the burst price) and Redis on its own node unless it
+    runs on that VM; a serverful one's machine."""
     hours = wall_s / 3600.0
     if not serverless:
         return {"instance": hours * prices.serverful_hour_usd}
     surplus_vcpu_h = max(0.0, orchestrator_cpu_s / 3600.0 - hours * prices.orchestrator_baseline_vcpu)
-    return {
+    out = {
         "orchestrator": hours * prices.orchestrator_hour_usd,
         "orchestrator_burst": surplus_vcpu_h * prices.burst_vcpu_hour_usd,
-        "redis": hours * prices.redis_hour_usd,
     }
+    if not redis_on_orchestrator:
+        out["redis"] = hours * prices.redis_hour_usd
+    return out
 
 
 def reprice_fixed(usd: float, wall_s: float, orchestrator_cpu_s: float, run_prices: PriceTable,
-                  other: PriceTable) -> float:
+                  other: PriceTable, redis_on_orchestrator: bool = False,
+                  other_redis_on_orchestrator: bool = False, redis_cpu_s: float = 0.0) -> float:
     """A serverless run's bill ``usd`` at ``wall_s`` with its always-on parts priced by
-    ``other`` instead of ``run_prices`` (the functions' part does not depend on them)."""
-    now = sum(fixed_usd(run_prices, True, wall_s, orchestrator_cpu_s).values())
-    return usd - now + sum(fixed_usd(other, True, wall_s, orchestrator_cpu_s).values())
+    ``other`` (and Redis placed by ``other_redis_on_orchestrator``) instead of how the run
+    priced them (the functions' part does not depend on them). ``orchestrator_cpu_s`` is the
+    orchestrator process's own CPU; ``redis_cpu_s`` Redis's, which shares the instance's
+    baseline where Redis runs on it."""
+    def fixed(prices: PriceTable, on_orchestrator: bool) -> float:
+        cpu = orchestrator_cpu_s + (redis_cpu_s if on_orchestrator else 0.0)
+        return sum(fixed_usd(prices, True, wall_s, cpu, on_orchestrator).values())
+
+    return (usd - fixed(run_prices, redis_on_orchestrator)
+            + fixed(other, other_redis_on_orchestrator))

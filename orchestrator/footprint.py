@@ -16,6 +16,10 @@ and reports each against its instance: CPU against the baseline share the hourly
 such mode, so a Redis above its baseline does not fit), memory against what the instance leaves
 the process, network against the instance's baseline bandwidth. A run that does not fit says
 so in ``summary.json`` (``footprint``) and on the console, with what was over.
+
+With Redis on the orchestrator's instance (``redis_host="orchestrator"``) the two share it:
+their CPU together against its baseline (the surplus billed), their memory together against
+what it leaves them, Redis's traffic against its network baseline.
 """
 
 from __future__ import annotations
@@ -76,10 +80,13 @@ def redis_counters(info: dict[str, Any]) -> dict[str, float]:
 class Footprint:
     """Measures the orchestrator process and the Redis server over one run session."""
 
-    def __init__(self, orchestrator_measured: bool = True) -> None:
+    def __init__(self, orchestrator_measured: bool = True,
+                 redis_on_orchestrator: bool = False) -> None:
         self.orchestrator_measured = orchestrator_measured
+        self.redis_on_orchestrator = redis_on_orchestrator
         self._cpu0 = time.process_time()
         self._cpu_offset = 0.0  # earlier sessions of a resumed run
+        self._redis_cpu_offset = 0.0
         self._peak_rss_mib = rss_mib()
         self._redis0: dict[str, float] | None = None
         self._redis_last: dict[str, float] | None = None
@@ -97,9 +104,10 @@ class Footprint:
         """Record the orchestrator's resident memory now (its peak over the run is reported)."""
         self._peak_rss_mib = max(self._peak_rss_mib, rss_mib())
 
-    def resume(self, cpu_s: float) -> None:
-        """Continue a resumed run's CPU clock from its checkpoint."""
+    def resume(self, cpu_s: float, redis_cpu_s: float = 0.0) -> None:
+        """Continue a resumed run's CPU clocks (orchestrator, Redis) from its checkpoint."""
         self._cpu_offset = float(cpu_s) if self.orchestrator_measured else 0.0
+        self._redis_cpu_offset = float(redis_cpu_s)
 
     # -- redis --------------------------------------------------------------------------------
     def sample_redis(self, info: dict[str, Any]) -> None:
@@ -117,6 +125,15 @@ class Footprint:
             self._redis0 = now
         self._redis_last = now
 
+    def redis_cpu_s(self) -> float:
+        """CPU seconds of the Redis server over the run, all sessions and restarts."""
+        return self._redis_cpu_offset + self._session_redis_cpu_s()
+
+    def _session_redis_cpu_s(self) -> float:
+        if self._redis0 is None or self._redis_last is None:
+            return 0.0  # before the first INFO
+        return self._redis_done["cpu_s"] + self._redis_last["cpu_s"] - self._redis0["cpu_s"]
+
     # -- report -------------------------------------------------------------------------------
     def report(self, session_wall_s: float) -> dict[str, Any]:
         """Usage over this session's ``session_wall_s`` seconds against the priced instances."""
@@ -133,36 +150,49 @@ class Footprint:
         rss = self._peak_rss_mib
         part: dict[str, Any] = {"instance": inst.name, "peak_rss_mib": round(rss, 1),
                                 "memory_mib": inst.memory_mib, "baseline_vcpu": inst.baseline_vcpu}
+        # Redis on this instance: its memory and CPU count against the instance too
+        shared = self.redis_on_orchestrator
+        redis_mib = self._redis_peak_mib if shared else 0.0
+        redis_vcpu = self._session_redis_cpu_s() / wall if shared else 0.0
+        if shared:
+            part["with_redis"] = True
         over = []
         if self.orchestrator_measured:
             vcpu = (self.orchestrator_cpu_s() - self._cpu_offset) / wall  # this session's
             part["vcpu_mean"] = round(vcpu, 4)
-            if vcpu > inst.baseline_vcpu:  # billed (unlimited mode), so a note, not a misfit
-                part["note"] = f"CPU {vcpu:.2f} vCPU above the {inst.baseline_vcpu} baseline: surplus billed"
+            if vcpu + redis_vcpu > inst.baseline_vcpu:  # billed (unlimited mode): a note
+                part["note"] = (f"CPU {vcpu + redis_vcpu:.2f} vCPU above the "
+                                f"{inst.baseline_vcpu} baseline: surplus billed")
         else:
             part["vcpu_mean"] = None
             part["note"] = "inline backend: the functions are threads of this process, CPU unmeasured"
-        if rss > inst.memory_mib:
-            over.append(f"peak memory {rss:.0f} MiB > {inst.memory_mib:.0f} MiB")
+        if rss + redis_mib > inst.memory_mib:
+            with_redis = f" (with Redis's {redis_mib:.0f})" if shared else ""
+            over.append(f"peak memory {rss + redis_mib:.0f} MiB{with_redis} > "
+                        f"{inst.memory_mib:.0f} MiB")
         part["fits"] = not over
         part["over"] = over
         return part
 
     def _redis(self, wall: float) -> dict[str, Any]:
-        inst = REDIS_INSTANCE
+        shared = self.redis_on_orchestrator
+        inst = ORCHESTRATOR_INSTANCE if shared else REDIS_INSTANCE
         r0, r1 = self._redis0 or {}, self._redis_last or {}
         done = self._redis_done
-        vcpu = (done["cpu_s"] + r1["cpu_s"] - r0["cpu_s"]) / wall
+        vcpu = self._session_redis_cpu_s() / wall
         mbps = (done["net_bytes"] + r1["net_bytes"] - r0["net_bytes"]) * 8 / 1e6 / wall
         peak = self._redis_peak_mib
         over = []
-        if vcpu > inst.baseline_vcpu:
+        # On the orchestrator's instance its CPU and memory are checked with the
+        # orchestrator's (above); on its own node here, where a CPU surplus is not billable.
+        if not shared and vcpu > inst.baseline_vcpu:
             over.append(f"CPU {vcpu:.2f} vCPU > {inst.baseline_vcpu} baseline")
-        if peak > inst.memory_mib:
+        if not shared and peak > inst.memory_mib:
             over.append(f"peak memory {peak:.0f} MiB > {inst.memory_mib:.0f} MiB")
         if mbps > inst.baseline_mbps:
             over.append(f"network {mbps:.1f} Mbit/s > {inst.baseline_mbps:.0f} Mbit/s baseline")
-        return {"instance": inst.name, "vcpu_mean": round(vcpu, 4), "baseline_vcpu": inst.baseline_vcpu,
+        name = f"{inst.name} (the orchestrator's)" if shared else inst.name
+        return {"instance": name, "vcpu_mean": round(vcpu, 4), "baseline_vcpu": inst.baseline_vcpu,
                 "peak_memory_mib": round(peak, 1), "memory_mib": inst.memory_mib,
                 "net_mbps_mean": round(mbps, 2), "baseline_mbps": inst.baseline_mbps,
                 "fits": not over, "over": over}

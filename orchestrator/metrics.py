@@ -17,7 +17,7 @@ CSV_COLUMNS = [
     "failures_evaluator", "grads_applied", "grads_dropped", "grads_duplicate",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
     "losses/clipfrac", "losses/explained_variance", "losses/is_truncated_frac",
-    "charts/learning_rate", "orchestrator_cpu_s", "losses/update_epochs",
+    "charts/learning_rate", "orchestrator_cpu_s", "losses/update_epochs", "redis_cpu_s",
 ]
 
 # CSV column -> TensorBoard tag (CleanRL naming where one exists)

@@ -76,10 +76,13 @@ class Trainer:
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.recent_lengths: deque[int] = deque(maxlen=100)
         self.recent_stats: dict[str, float] = {}
-        self.cost = CostMeter(PriceTable.from_overrides(cfg.prices))
+        redis_on_orchestrator = cfg.redis_host == "orchestrator"
+        self.cost = CostMeter(PriceTable.from_overrides(cfg.prices),
+                              redis_on_orchestrator=redis_on_orchestrator)
         # What the orchestrator and Redis use, against the instances the bill prices them as
         # (inline handlers are threads of this process: its CPU is not the orchestrator's alone)
-        self.footprint = Footprint(orchestrator_measured=cfg.backend != "inline")
+        self.footprint = Footprint(orchestrator_measured=cfg.backend != "inline",
+                                   redis_on_orchestrator=redis_on_orchestrator)
         self.checkpointer = Checkpointer(self.run_dir, cfg.keep_checkpoints)
         self.metrics = MetricsLog(self.run_dir)
         self.progress = Progress(cfg.progress, cfg.total_steps, (cfg.minutes or 0) * 60 or None)
@@ -110,7 +113,8 @@ class Trainer:
     def cost_usd(self, dedicated: bool = False) -> float:
         """The run's bill so far: its functions, and its always-on parts for the whole wall time
         (the orchestrator's CPU above its instance's baseline share billed as burst)."""
-        return self.cost.total(self.total_wall(), dedicated, self.footprint.orchestrator_cpu_s())
+        return self.cost.total(self.total_wall(), dedicated, self.footprint.orchestrator_cpu_s(),
+                               self.footprint.redis_cpu_s())
 
     def sample_footprint(self) -> None:
         """The orchestrator's memory and one Redis INFO for the footprint. The INFO goes
@@ -270,6 +274,7 @@ class Trainer:
                 "episodes": c.episodes, "eval_return": self.eval_return,
                 "cost_usd": self.cost_usd(), "cost_usd_dedicated_vcpu": self.cost_usd(dedicated=True),
                 "orchestrator_cpu_s": self.footprint.orchestrator_cpu_s(),
+                "redis_cpu_s": self.footprint.redis_cpu_s(),
                 "version_diff_traj_mean": float(np.mean(ts)) if ts else None,
                 "version_diff_traj_max": max(ts) if ts else None,
                 "version_diff_grad_mean": float(np.mean(gs)) if gs else None,
@@ -309,6 +314,7 @@ class Trainer:
                 "env_steps": self.counters.env_steps, "episodes": self.counters.episodes,
                 "wall_s": self.total_wall(), "cost_usd": self.cost_usd(),
                 "orchestrator_cpu_s": self.footprint.orchestrator_cpu_s(),
+                "redis_cpu_s": self.footprint.redis_cpu_s(),
                 "obs_rms": self.master.obs_rms.to_dict(), "ret_rms": self.master.ret_rms.to_dict(),
                 "policy_meta": self.master.meta, "run_id": self.rs.run_id,
                 "cost_functions": self.cost.components,
@@ -415,7 +421,8 @@ class Trainer:
         self.counters.env_steps = int(meta.get("env_steps", 0))
         self.counters.episodes = int(meta.get("episodes", 0))
         self._wall_offset = float(meta.get("wall_s", 0.0))
-        self.footprint.resume(float(meta.get("orchestrator_cpu_s", 0.0)))
+        self.footprint.resume(float(meta.get("orchestrator_cpu_s", 0.0)),
+                              float(meta.get("redis_cpu_s", 0.0)))
         for comp, c in (meta.get("cost_functions") or {}).items():
             self.cost.components[comp] = dict(c)
         self.master.publish(self.rs, allow_rewind=True)
@@ -453,7 +460,8 @@ class Trainer:
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "staleness_mean": {k: total / n for k, (total, n) in self._stale_sums.items() if n},
-            "cost": self.cost.report(wall, self.footprint.orchestrator_cpu_s()),
+            "cost": self.cost.report(wall, self.footprint.orchestrator_cpu_s(),
+                                     self.footprint.redis_cpu_s()),
             "footprint": self.footprint.report(self.wall()),
             "backend_billing": self.invoker.billing(),
             "last_errors": list(c.last_errors),

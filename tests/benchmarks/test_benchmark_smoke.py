@@ -395,3 +395,39 @@ def test_label_by_hyper_pools_runs_by_what_they_ran_with_not_what_named_them(tmp
     assert "Stellaris (async) 2, RLlib 2.60 PPO 2" in text
     # an ablation that ran on some of the pooled baseline's seeds says its means are unpaired
     assert "over different seeds (stellaris[hyper.target_kl=null] 1 runs, RLlib 2:" in text
+
+
+def test_report_gives_a_co_located_redis_runs_bill_also_with_redis_on_its_own_node(
+        tmp_path: Path) -> None:
+    """A run billed with Redis on the orchestrator's instance (the default since session 28):
+    the report also prices it with Redis on a cache.t4g.micro of its own, as before."""
+    from orchestrator.cost import CostMeter, PriceTable
+
+    prices = PriceTable()
+    root = compare.budget_dir(tmp_path / "out", "Hopper-v5", 5)
+    meter = CostMeter(prices, redis_on_orchestrator=True)
+    meter.invocation("actor", 150_000.0, 1769)
+    run_dir = root / "stellaris" / "seed1"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for wall, ret in zip([50.0, 100.0], [1000.0, 2000.0], strict=True):
+            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
+                        "orchestrator_cpu_s": wall * 0.02, "redis_cpu_s": wall * 0.01,
+                        "cost_usd": meter.total(wall, False, wall * 0.02, wall * 0.01)})
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"wall_s": 100.0, "sps": 100.0, "mean_return": 2000.0,
+         "cost": meter.report(100.0, 2.0, 1.0)}))
+    _write_run(root / "rllib" / "seed1", [400.0, 500.0], [2000.0, 2000.0], 0.012)
+    results = tmp_path / "RESULTS.md"
+    assert compare.main(["--envs", "Hopper-v5", "--minutes", "5", "--report-only",
+                         "--out", str(tmp_path / "out"), "--results", str(results)]) == 0
+    text = results.read_text()
+    colocated = meter.total(100.0, False, 2.0, 1.0)
+    own_node = CostMeter(prices, components=meter.components).total(100.0, False, 2.0, 1.0)
+    rllib = 0.012 * 400 / 500
+    assert own_node - colocated == pytest.approx(100.0 / 3600 * prices.redis_hour_usd)
+    assert f"$ vs RLlib: {colocated / rllib:.2f}x" in text
+    assert (f"$ vs RLlib with Redis on a cache.t4g.micro of its own (`--set "
+            f"redis_host=elasticache`, as sessions 22–27 priced it): {own_node / rllib:.2f}x") in text

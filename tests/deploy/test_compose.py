@@ -160,7 +160,7 @@ def test_every_service_runs_as_a_process(tmp_path: Path) -> None:
         runs = list((tmp_path / "runs").iterdir())
         assert len(runs) == 1 and (runs[0] / "config.json").exists()
         # The orchestrator as its own process, as deployed: it and Redis fit the instances the
-        # bill prices them as (t3.micro, cache.t4g.micro), measured, and nothing warned.
+        # bill prices them as (Redis on the t3.micro by default), measured, and nothing warned.
         footprint = json.loads((runs[0] / "summary.json").read_text())["footprint"]
         assert footprint["fits"], footprint
         assert 0 < footprint["orchestrator"]["vcpu_mean"] < footprint["orchestrator"]["baseline_vcpu"]

@@ -138,3 +138,54 @@ def test_prices_are_overridable_by_config_and_unknown_ones_refused() -> None:
         load_config(None, {"total_steps": 1, "prices": {"orchestrator_hourly": 1.0}})
     with pytest.raises(ConfigError, match="negative"):
         load_config(None, {"total_steps": 1, "prices": {"redis_hour_usd": -1.0}})
+
+
+def test_redis_on_the_orchestrators_instance_is_no_line_of_its_own_and_shares_its_baseline() -> None:
+    p = PriceTable()
+    # an hour, each process at 0.15 vCPU: 0.3 together, 0.1 above the t3.micro's 0.2 baseline
+    fixed = fixed_usd(p, True, 3600.0, 1080.0, redis_on_orchestrator=True)
+    assert "redis" not in fixed and fixed["orchestrator"] == pytest.approx(p.orchestrator_hour_usd)
+    meter = CostMeter(p, redis_on_orchestrator=True)
+    meter.invocation("actor", 60_000.0, 1769)
+    total = meter.total(3600.0, orchestrator_cpu_s=540.0, redis_cpu_s=540.0)
+    functions = meter.components["actor"]["usd"]
+    assert total == pytest.approx(functions + p.orchestrator_hour_usd + 0.1 * p.burst_vcpu_hour_usd)
+    report = meter.report(3600.0, 540.0, 540.0)
+    assert report["redis_on_orchestrator"] and report["redis_cpu_s"] == 540.0
+    assert "redis" not in report["fixed"]
+    # on its own node Redis's CPU is its own node's: the orchestrator's alone is under baseline
+    own = CostMeter(p, components=meter.components)
+    assert own.total(3600.0, orchestrator_cpu_s=540.0, redis_cpu_s=540.0) == pytest.approx(
+        functions + p.orchestrator_hour_usd + p.redis_hour_usd)
+    # repricing a co-located run's bill as if Redis had its own node adds that node, drops the burst
+    moved = reprice_fixed(total, 3600.0, 540.0, p, p, redis_on_orchestrator=True,
+                          other_redis_on_orchestrator=False, redis_cpu_s=540.0)
+    assert moved == pytest.approx(functions + p.orchestrator_hour_usd + p.redis_hour_usd)
+
+
+def test_footprint_with_redis_on_the_orchestrators_instance_checks_them_together() -> None:
+    fp = Footprint(redis_on_orchestrator=True)
+    fp.sample_redis({"uptime_in_seconds": 10, "used_cpu_sys": 1.0, "used_memory_peak": 2**20,
+                     "total_net_input_bytes": 0})
+    # Redis used 0.3 vCPU over 10 s and 900 MiB: over the t3.micro's memory with the
+    # orchestrator's, its CPU a billed surplus (a note), not a misfit
+    fp.sample_redis({"uptime_in_seconds": 20, "used_cpu_sys": 4.0, "used_memory_peak": 900 * 2**20,
+                     "total_net_input_bytes": 10e6})
+    assert fp.redis_cpu_s() == pytest.approx(3.0)
+    report = fp.report(session_wall_s=10.0)
+    orch, part = report["orchestrator"], report["redis"]
+    assert part["instance"] == "t3.micro (the orchestrator's)" and part["fits"]
+    assert part["net_mbps_mean"] == pytest.approx(8.0)
+    assert orch["with_redis"] and not orch["fits"] and not report["fits"]
+    assert any("(with Redis's 900)" in o for o in orch["over"])
+    assert "surplus billed" in orch["note"]
+    # a resumed run carries Redis's CPU seconds on from its checkpoint
+    fp.resume(0.0, redis_cpu_s=7.0)
+    assert fp.redis_cpu_s() == pytest.approx(10.0)
+
+
+def test_redis_host_is_in_the_config_and_checked() -> None:
+    assert load_config(None, {"total_steps": 1}).redis_host == "orchestrator"
+    assert load_config(None, {"total_steps": 1, "redis_host": "elasticache"}).redis_host == "elasticache"
+    with pytest.raises(ConfigError):
+        load_config(None, {"total_steps": 1, "redis_host": "memcached"})
