@@ -219,8 +219,10 @@ def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
 
 
 # -- reading -----------------------------------------------------------------------------------
-def collect(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """variant -> runs (curve, summary, bench) found under one env/budget folder."""
+def collect(root: Path, redis_host: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """variant -> runs (curve, summary, bench) found under one env/budget folder.
+    ``redis_host`` (``orchestrator`` / ``elasticache``): every serverless run's bill with Redis
+    placed so (:func:`place_redis`), whatever its run chose; None: as each run billed it."""
     out: dict[str, list[dict[str, Any]]] = {}
     if not root.exists():
         return out
@@ -232,6 +234,8 @@ def collect(root: Path) -> dict[str, list[dict[str, Any]]]:
             if not summary:
                 continue
             curve = read_curve(sdir)
+            if redis_host is not None:
+                summary = place_redis(curve, summary, redis_host == "orchestrator")
             curve["cost_usd_unsized"] = unsized_costs(curve, summary)
             curve["cost_usd_redis_node"] = redis_node_costs(curve, summary)
             out.setdefault(bench.get("variant", vdir.name), []).append({
@@ -262,6 +266,33 @@ def repriced_costs(curve: dict[str, list[float]], summary: dict[str, Any],
                                        curve["orchestrator_cpu_s"], redis_cpu, strict=True)]
 
 
+def place_redis(curve: dict[str, list[float]], summary: dict[str, Any],
+                on_orchestrator: bool) -> dict[str, Any]:
+    """A serverless run's bill (its curve's $ columns, in place, and the summary returned)
+    with Redis on the orchestrator's instance or on its own node, so that runs from before
+    and after session 28 (which made the former the default) are priced alike in one report."""
+    cost = summary.get("cost") or {}
+    if ("orchestrator" not in (cost.get("fixed") or {})
+            or bool(cost.get("redis_on_orchestrator", False)) == on_orchestrator):
+        return summary
+    # the always-on parts' change per row, the same in the dedicated-vCPU bill
+    shift = [m - c for m, c in zip(repriced_costs(curve, summary, {}, on_orchestrator),
+                                   curve["cost_usd"], strict=True)]
+    for column in ("cost_usd", "cost_usd_dedicated_vcpu"):
+        curve[column] = [c + d for c, d in zip(curve[column], shift, strict=True)]
+    wall = float(cost.get("wall_s") or summary.get("wall_s") or 0.0)
+    redis_cpu = cost.get("redis_cpu_s")
+    if redis_cpu is None:
+        redis_cpu = wall * float(((summary.get("footprint") or {}).get("redis") or {})
+                                 .get("vcpu_mean") or 0.0)
+    prices = PriceTable.from_overrides(cost.get("prices"))
+    total = reprice_fixed(float(cost.get("total_usd") or 0.0), wall,
+                          float(cost.get("orchestrator_cpu_s") or 0.0), prices, prices,
+                          not on_orchestrator, on_orchestrator, float(redis_cpu))
+    return {**summary, "cost": {**cost, "total_usd": total,
+                                "redis_on_orchestrator": on_orchestrator}}
+
+
 def unsized_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> list[float]:
     """A run's $ column with its always-on parts at the unsized prices (a t3.medium
     orchestrator and a cache.t4g.small Redis of its own, as sessions 1-21 priced them), to
@@ -275,14 +306,15 @@ def redis_node_costs(curve: dict[str, list[float]], summary: dict[str, Any]) -> 
     return repriced_costs(curve, summary, {}, redis_on_orchestrator=False)
 
 
-def collect_pooled(roots: list[Path], by_hyper: bool = False) -> dict[str, list[dict[str, Any]]]:
+def collect_pooled(roots: list[Path], by_hyper: bool = False,
+                   redis_host: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """:func:`collect` over several env/budget folders (e.g. earlier sessions' ``--out``), each
     variant's runs in one list. A seed found in two folders counts twice: an async run is not
     reproducible from its seed (which version each actor samples with depends on timing), so
     each run is its own draw. ``by_hyper``: each run under :func:`label_by_hyper`'s name."""
     out: dict[str, list[dict[str, Any]]] = {}
     for root in roots:
-        for variant, runs in collect(root).items():
+        for variant, runs in collect(root, redis_host).items():
             for run in runs:
                 out.setdefault(label_by_hyper(variant, run) if by_hyper else variant, []).append(run)
     return out
@@ -976,6 +1008,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="report each run under its system and the hyper-parameters it recorded "
                    "that differ from today's defaults (e.g. stellaris[hyper.target_kl=null]), "
                    "so runs of the same settings pool across sessions whatever named them then")
+    p.add_argument("--redis-host", choices=["orchestrator", "elasticache"],
+                   help="report every serverless run's bill with Redis on the orchestrator's "
+                   "instance (the default since session 28) or on a node of its own (sessions "
+                   "22-27), whatever each run billed: pools of both price alike (default: as "
+                   "each run billed it)")
     p.add_argument("--results", default=str(REPO / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-results", action="store_true", help="do not touch RESULTS.md")
     p.add_argument("--report-only", action="store_true", help="no runs: redraw and rewrite")
@@ -1016,7 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
     for env in envs:
         root = budget_dir(out, env, minutes)
         data = collect_pooled([root] + [budget_dir(Path(o), env, minutes) for o in a.pool],
-                              by_hyper=a.label_by_hyper)
+                              by_hyper=a.label_by_hyper, redis_host=a.redis_host)
         targets = a.targets or sorted(set(TARGETS.get(env, [1000, 2000]) + (
             QUICK_TARGETS.get(env, []) if minutes < 5 else [])))
         if data:

@@ -431,3 +431,43 @@ def test_report_gives_a_co_located_redis_runs_bill_also_with_redis_on_its_own_no
     assert f"$ vs RLlib: {colocated / rllib:.2f}x" in text
     assert (f"$ vs RLlib with Redis on a cache.t4g.micro of its own (`--set "
             f"redis_host=elasticache`, as sessions 22–27 priced it): {own_node / rllib:.2f}x") in text
+
+
+def test_report_prices_every_run_with_redis_placed_alike_when_asked(tmp_path: Path) -> None:
+    """``--redis-host orchestrator``: a run from before session 28 (Redis on its own node) is
+    reported as if Redis had run on the orchestrator's instance, its curve and summary alike."""
+    from orchestrator.cost import CostMeter, PriceTable
+
+    prices = PriceTable()
+    root = compare.budget_dir(tmp_path / "out", "Hopper-v5", 5)
+    own_node = CostMeter(prices)  # an older run's bill: no redis_cpu_s column, no flag
+    own_node.invocation("actor", 150_000.0, 1769)
+    run_dir = root / "stellaris" / "seed1"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[c for c in CSV_COLUMNS if c != "redis_cpu_s"])
+        w.writeheader()
+        for wall, ret in zip([50.0, 100.0], [1000.0, 2000.0], strict=True):
+            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
+                        "orchestrator_cpu_s": wall * 0.02,
+                        "cost_usd": own_node.total(wall, orchestrator_cpu_s=wall * 0.02)})
+    summary = {"wall_s": 100.0, "sps": 100.0, "mean_return": 2000.0,
+               "cost": {k: v for k, v in own_node.report(100.0, 2.0).items()
+                        if k not in ("redis_on_orchestrator", "redis_cpu_s")},
+               "footprint": {"redis": {"vcpu_mean": 0.01}}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    _write_run(root / "rllib" / "seed1", [400.0, 500.0], [2000.0, 2000.0], 0.012)
+    results = tmp_path / "RESULTS.md"
+    assert compare.main(["--envs", "Hopper-v5", "--minutes", "5", "--report-only", "--redis-host",
+                         "orchestrator", "--out", str(tmp_path / "out"),
+                         "--results", str(results)]) == 0
+    text = results.read_text()
+    colocated = CostMeter(prices, redis_on_orchestrator=True, components=own_node.components)
+    rllib = 0.012 * 400 / 500
+    assert f"$ vs RLlib: {colocated.total(100.0, False, 2.0, 1.0) / rllib:.2f}x" in text
+    assert (f"with Redis on a cache.t4g.micro of its own (`--set redis_host=elasticache`, as "
+            f"sessions 22–27 priced it): {own_node.total(100.0, False, 2.0) / rllib:.2f}x") in text
+    data = compare.collect(root, redis_host="orchestrator")
+    (run,) = data["stellaris"]
+    assert run["summary"]["cost"]["total_usd"] == pytest.approx(colocated.total(100.0, False, 2.0, 1.0))
+    assert run["curve"]["cost_usd_dedicated_vcpu"] == pytest.approx(run["curve"]["cost_usd"])
