@@ -454,7 +454,10 @@ def test_report_prices_every_run_with_redis_placed_alike_when_asked(tmp_path: Pa
     summary = {"wall_s": 100.0, "sps": 100.0, "mean_return": 2000.0,
                "cost": {k: v for k, v in own_node.report(100.0, 2.0).items()
                         if k not in ("redis_on_orchestrator", "redis_cpu_s")},
-               "footprint": {"redis": {"vcpu_mean": 0.01}}}
+               "footprint": {"redis": {"instance": "cache.t4g.micro", "baseline_vcpu": 0.2,
+                                       "memory_mib": 384, "baseline_mbps": 64, "vcpu_mean": 0.01,
+                                       "peak_memory_mib": 2.6, "net_mbps_mean": 40.0,
+                                       "fits": True}, "fits": True}}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     _write_run(root / "rllib" / "seed1", [400.0, 500.0], [2000.0, 2000.0], 0.012)
     results = tmp_path / "RESULTS.md"
