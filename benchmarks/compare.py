@@ -257,13 +257,17 @@ def repriced_costs(curve: dict[str, list[float]], summary: dict[str, Any],
     other = PriceTable.from_overrides({**(cost.get("prices") or {}), **overrides})
     redis_cpu = curve.get("redis_cpu_s") or []
     if not any(redis_cpu):
-        vcpu = float(((summary.get("footprint") or {}).get("redis") or {}).get("vcpu_mean") or 0.0)
-        redis_cpu = [vcpu * w for w in curve["wall_s"]]
+        redis_cpu = [_redis_vcpu(summary) * w for w in curve["wall_s"]]
     return [reprice_fixed(c, w, cpu, run_prices, other,
                           bool(cost.get("redis_on_orchestrator", False)), redis_on_orchestrator,
                           rcpu)
             for c, w, cpu, rcpu in zip(curve["cost_usd"], curve["wall_s"],
                                        curve["orchestrator_cpu_s"], redis_cpu, strict=True)]
+
+
+def _redis_vcpu(summary: dict[str, Any]) -> float:
+    """Redis's mean vCPU over a run (its footprint): its CPU where no row or bill logged it."""
+    return float(((summary.get("footprint") or {}).get("redis") or {}).get("vcpu_mean") or 0.0)
 
 
 def place_redis(curve: dict[str, list[float]], summary: dict[str, Any],
@@ -283,12 +287,12 @@ def place_redis(curve: dict[str, list[float]], summary: dict[str, Any],
     wall = float(cost.get("wall_s") or summary.get("wall_s") or 0.0)
     redis_cpu = cost.get("redis_cpu_s")
     if redis_cpu is None:
-        redis_cpu = wall * float(((summary.get("footprint") or {}).get("redis") or {})
-                                 .get("vcpu_mean") or 0.0)
+        redis_cpu = wall * _redis_vcpu(summary)
     prices = PriceTable.from_overrides(cost.get("prices"))
     total = reprice_fixed(float(cost.get("total_usd") or 0.0), wall,
                           float(cost.get("orchestrator_cpu_s") or 0.0), prices, prices,
-                          not on_orchestrator, on_orchestrator, float(redis_cpu))
+                          bool(cost.get("redis_on_orchestrator", False)), on_orchestrator,
+                          float(redis_cpu))
     return {**summary, "cost": {**cost, "total_usd": total,
                                 "redis_on_orchestrator": on_orchestrator}}
 

@@ -133,6 +133,17 @@ class FusedStep:
         self.steps_fused = 0
         self._wrappers: dict[int, _LossModule] = {}
         self._lr: tuple[float, torch.Tensor] | None = None
+        # (adam, its compiled step or None when it cannot be fused): resolved once per
+        # optimizer, not per minibatch
+        self._bound: tuple[FlatAdam, Callable[..., dict[str, torch.Tensor]] | None] | None = None
+
+    def _step_for(self, adam: FlatAdam) -> Callable[..., dict[str, torch.Tensor]] | None:
+        """The compiled step for ``adam``, or None where the eager step must run."""
+        if self._bound is None or self._bound[0] is not adam:
+            fusable = adam.flat.device.type == "cpu" and _plain_adam(adam)
+            layout = tuple((n, tuple(p.shape)) for n, p in adam.named.items())
+            self._bound = (adam, self._fn(adam, layout) if fusable else None)
+        return self._bound[1]
 
     def _fn(self, adam: FlatAdam, layout: Layout) -> Callable[..., dict[str, torch.Tensor]]:
         group = adam.optimizer.param_groups[0]
@@ -161,10 +172,9 @@ class FusedStep:
 
     def __call__(self, model: torch.nn.Module, batch: Any, idx: torch.Tensor,
                  adam: FlatAdam) -> dict[str, torch.Tensor]:
-        if (not self.fused or FusedStep._failed or adam.flat.device.type != "cpu"
-                or not _plain_adam(adam)):
+        fn = None if not self.fused or FusedStep._failed else self._step_for(adam)
+        if fn is None:
             return self._eager(model, batch, idx, adam)
-        layout = tuple((n, tuple(p.shape)) for n, p in adam.named.items())
         wrapper = self._wrappers.get(id(model))
         if wrapper is None or wrapper.model is not model:
             wrapper = self._wrappers[id(model)] = _LossModule(model)
@@ -175,9 +185,9 @@ class FusedStep:
                 batch.logratio_others, batch.logprobs_prox)
         if self.proven:
             self.steps_fused += 1
-            return self._fn(adam, layout)(*args)
+            return fn(*args)
         try:
-            stats = self._fn(adam, layout)(*args)
+            stats = fn(*args)
         except Exception as exc:  # noqa: BLE001 - compiling failed: eager from now on
             # Compiling happens before the graph runs, so nothing was updated; bad data
             # fails eagerly too, and that error is the learner's to raise.

@@ -42,17 +42,11 @@ def test_compiled_loss_matches_eager(is_correction: str) -> None:
     assert comp.compiled  # it compiled, it did not fall back
 
 
-def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog) -> None:
+def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog,
+                                                  broken_torch_compile) -> None:
     """No C++ compiler, an unsupported op...: the learner warns and goes on eagerly."""
     monkeypatch.setattr(compiled.MinibatchLoss, "_compiled", {})
     monkeypatch.setattr(compiled.MinibatchLoss, "_failed", False)
-
-    def broken_compile(fn):
-        def call(*args, **kwargs):
-            raise RuntimeError("InductorError: no working C++ compiler found")
-        return call
-
-    monkeypatch.setattr(compiled.torch, "compile", broken_compile)
     hyper = PPOHyper()
     model, _ = init_policy("Pendulum-v1", seed=1)
     b = synthetic_batch(model, 64)

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch._dynamo.utils as dynamo_utils
 
-from functions import fused
 from functions import learner as L
 from functions.adam import FlatAdam
 from functions.compiled import MinibatchLoss, synthetic_batch
@@ -87,26 +86,29 @@ def test_fused_step_continues_a_loaded_optimizer_state_and_follows_the_rate() ->
     assert dynamo_utils.counters["stats"]["unique_graphs"] == before.get("unique_graphs", 0)
 
 
-def test_fused_step_compile_failure_steps_eagerly_once(monkeypatch, caplog) -> None:
+def _step_beside_the_reference(step: FusedStep, env_id: str, seed: int, n: int,
+                               size: int) -> tuple[FlatAdam, FlatAdam]:
+    """``step`` and the eager reference over the same minibatches of one synthetic batch,
+    from the same initial policy; their optimizers (the parameters are views into them)."""
+    hyper = step.hyper
+    model, adam = _setup(env_id, seed=seed)
+    ref_model, ref_adam = _setup(env_id, seed=seed)
+    batch = synthetic_batch(model, n)
+    ref_loss = MinibatchLoss(hyper, compile=False)
+    for idx in _minibatches(n, size, 0):
+        step(model, batch, idx, adam)
+        L.ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
+    return adam, ref_adam
+
+
+def test_fused_step_compile_failure_steps_eagerly_once(monkeypatch, caplog,
+                                                       broken_torch_compile) -> None:
     monkeypatch.setattr(FusedStep, "_compiled", {})
     monkeypatch.setattr(FusedStep, "_failed", False)
-
-    def broken_compile(fn):
-        def call(*args, **kwargs):
-            raise RuntimeError("InductorError: no working C++ compiler found")
-        return call
-
-    monkeypatch.setattr(fused.torch, "compile", broken_compile)
     hyper = PPOHyper()
-    model, adam = _setup("Pendulum-v1", seed=1)
-    ref_model, ref_adam = _setup("Pendulum-v1", seed=1)
-    batch = synthetic_batch(model, 64)
     step = FusedStep(hyper, MinibatchLoss(hyper, compile=False), fused=True)
-    ref_loss = MinibatchLoss(hyper, compile=False)
     with caplog.at_level(logging.WARNING, logger="functions.fused"):
-        for idx in _minibatches(64, 16, 0):
-            step(model, batch, idx, adam)
-            L.ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
+        adam, ref_adam = _step_beside_the_reference(step, "Pendulum-v1", 1, 64, 16)
     assert "no working C++ compiler" in caplog.text and step.steps_fused == 0
     assert torch.equal(adam.flat, ref_adam.flat)  # the eager step, exactly
     assert FusedStep._failed  # later invocations do not try (and pay for) compiling again
@@ -115,12 +117,6 @@ def test_fused_step_compile_failure_steps_eagerly_once(monkeypatch, caplog) -> N
 def test_unfused_step_is_the_eager_reference_bit_for_bit() -> None:
     """``learner_compile=False`` keeps the learner bit-identical to the reference loop."""
     hyper = PPOHyper()
-    model, adam = _setup("Hopper-v5", seed=5)
-    ref_model, ref_adam = _setup("Hopper-v5", seed=5)
-    batch = synthetic_batch(model, 128)
     step = FusedStep(hyper, MinibatchLoss(hyper, compile=False), fused=False)
-    ref_loss = MinibatchLoss(hyper, compile=False)
-    for idx in _minibatches(128, 32, 0):
-        step(model, batch, idx, adam)
-        L.ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
+    adam, ref_adam = _step_beside_the_reference(step, "Hopper-v5", 5, 128, 32)
     assert step.steps_fused == 0 and torch.equal(adam.flat, ref_adam.flat)
