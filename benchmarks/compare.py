@@ -200,7 +200,9 @@ def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
     cmd = command(system, env, seed, minutes, run_dir, args) + list(extra)
     load0 = wait_for_load(args.max_load, args.max_load_wait_s)
     t0 = time.monotonic()
-    env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # the repo first, then whatever the caller's PYTHONPATH holds (packages installed there)
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     with open(run_dir / "stdout.log", "w") as fh:
         rc = subprocess.call(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env=env_vars,
                              timeout=minutes * 60 + 300)
