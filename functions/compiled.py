@@ -134,17 +134,26 @@ def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
     hyper = hyper or PPOHyper()
     model, _ = init_policy(env_id, seed=0)
     b = synthetic_batch(model, batch)
-    t0 = time.perf_counter()
-    fn = MinibatchLoss(hyper, compile=True)
-    loss, _ = fn(model, b, torch.arange(minibatch))
-    loss.backward()
-    if not fn.compiled:
-        raise RuntimeError("torch.compile is not available here (see the warning above)")
-    step = FusedStep(hyper, fn, fused=True)
-    step(model, b, torch.arange(minibatch), FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS))
-    if not step.steps_fused:
-        raise RuntimeError("torch.compile of the fused step failed here (see the warning above)")
-    return time.perf_counter() - t0
+    # Compile with one thread, as the functions and the lean PPO run: inductor's CPU kernels
+    # (and so its cache entries) differ with the thread count, and a cache warmed with all of
+    # a 16-core machine's threads left a one-thread learner a cold ~50 s compile there.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        fn = MinibatchLoss(hyper, compile=True)
+        loss, _ = fn(model, b, torch.arange(minibatch))
+        loss.backward()
+        if not fn.compiled:
+            raise RuntimeError("torch.compile is not available here (see the warning above)")
+        step = FusedStep(hyper, fn, fused=True)
+        step(model, b, torch.arange(minibatch),
+             FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS))
+        if not step.steps_fused:
+            raise RuntimeError("torch.compile of the fused step failed here (see the warning above)")
+        return time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
 
 
 def synthetic_batch(model: Any, n: int, k: int = 0, seed: int = 0) -> Any:

@@ -75,3 +75,26 @@ def test_a_real_error_still_raises(monkeypatch) -> None:
 def test_warm_cache_compiles_for_an_env() -> None:
     for env_id in ("Pendulum-v1", "CartPole-v1"):  # continuous and discrete actions
         assert warm_cache(env_id, batch=128, minibatch=16) > 0
+
+
+def test_warm_cache_compiles_with_the_functions_one_thread(monkeypatch) -> None:
+    """Inductor's CPU kernels depend on the thread count: a cache warmed with a machine's
+    every thread is cold for the one-thread learners and lean PPO that it is warmed for."""
+    from functions.fused import FusedStep
+
+    seen: list[int] = []
+    original = FusedStep.__call__
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FusedStep, "__call__", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        warm_cache("Pendulum-v1", batch=128, minibatch=16)
+        assert seen == [1]
+        assert torch.get_num_threads() == 2  # the caller's setting, restored
+    finally:
+        torch.set_num_threads(before)
