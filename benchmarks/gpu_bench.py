@@ -38,6 +38,7 @@ from functions import actor  # noqa: E402
 from functions import learner as L  # noqa: E402
 from functions.adam import FlatAdam  # noqa: E402
 from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
+from functions.fused import FusedStep  # noqa: E402
 from functions.graphed import GraphedStep  # noqa: E402
 from functions.messages import PolicySpec, PPOHyper  # noqa: E402
 from functions.policy import init_policy, policy_meta  # noqa: E402
@@ -51,8 +52,10 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool = False) -> float:
-    """Microseconds per PPO minibatch step (median of 3 timings of ``steps`` steps)."""
+def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool = False,
+            fused: bool = False) -> float:
+    """Microseconds per PPO minibatch step (median of 3 timings of ``steps`` steps); ``fused``
+    is the CPU learner's default, the whole step one compiled graph (functions/fused.py)."""
     hyper = PPOHyper()
     model, _ = init_policy(ENV, PolicySpec(hidden_sizes=[width, width]), seed=0)
     model.to(device)
@@ -64,6 +67,7 @@ def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool
     gen = torch.Generator().manual_seed(0)
     graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm, adam.optimizer, adam.flat)
                if graph else None)
+    fused_step = FusedStep(hyper, loss_fn, fused=True) if fused else None
 
     def run(n: int) -> float:
         done = 0
@@ -76,6 +80,8 @@ def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool
             for idx in minibatches:
                 if graphed is not None:
                     graphed(idx)
+                elif fused_step is not None:
+                    fused_step(model, batch, idx, adam)
                 else:
                     L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm)
                 done += 1
@@ -131,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         "step_us": {}, "invocation_ms": {}}
     for width in a.widths:
         steps = 320 if width <= 256 else 64
-        variants = [(d, c, False) for d in devices for c in (False, True)]
-        variants += [("cuda", c, True) for c in (False, True) if "cuda" in devices]
-        for device, compile_loss, graph in variants:
+        variants = [(d, c, False, False) for d in devices for c in (False, True)]
+        variants.append(("cpu", True, False, True))
+        variants += [("cuda", c, True, False) for c in (False, True) if "cuda" in devices]
+        for device, compile_loss, graph, fused in variants:
             key = (f"{width}x{width}/{device}/{'compiled' if compile_loss else 'eager'}"
-                   f"{'+graph' if graph else ''}")
-            us = step_us(device, width, compile_loss, steps, graph)
+                   f"{'+graph' if graph else ''}{'+fused' if fused else ''}")
+            us = step_us(device, width, compile_loss, steps, graph, fused)
             result["step_us"][key] = us
             print(f"step {key}: {us:.0f} us", flush=True)
     server = EmbeddedRedis().start()
