@@ -37,7 +37,9 @@ LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 def _loss_kwargs(hyper: PPOHyper) -> dict[str, Any]:
     """The hyper-parameters the loss depends on (not lr, epochs, gamma...)."""
     return dict(clip_coef=hyper.clip_coef, ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef,
-                norm_adv=hyper.norm_adv, clip_vloss=hyper.clip_vloss,
+                # batch scope: build_batch standardized them already, the loss must not again
+                norm_adv=hyper.norm_adv and hyper.norm_adv_scope == "minibatch",
+                clip_vloss=hyper.clip_vloss,
                 is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
 
 

@@ -184,7 +184,8 @@ def build_batch(
 
     GAE uses the behaviour critic's values recorded by the actor (as CleanRL does), or with
     ``gae_values="learner"`` ``model``'s critic; V-trace re-evaluates values and ratios with
-    ``model`` (IMPALA), so it is recomputed whenever the learner's weights change.
+    ``model`` (IMPALA), so it is recomputed whenever the learner's weights change. With
+    ``norm_adv_scope="batch"`` the advantages are standardized here, once over the batch.
     """
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in Flat.__dataclass_fields__}
     with torch.no_grad():
@@ -222,7 +223,10 @@ def build_batch(
             parts["logratio_others"].append(
                 torch.stack([_flat(x) for x in other_lr], dim=-1) if other_lr
                 else ro.obs.new_zeros((t_len * n, 0)))
-    return Flat(**{k: torch.cat(v) for k, v in parts.items()})
+    flat = Flat(**{k: torch.cat(v) for k, v in parts.items()})
+    if hyper.norm_adv and hyper.norm_adv_scope == "batch":
+        flat.advantages = ppo.standardize_advantages(flat.advantages)
+    return flat
 
 
 def _device(name: str) -> torch.device:

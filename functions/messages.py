@@ -44,6 +44,9 @@ class PPOHyper(BaseModel):
     update_epochs: int = Field(10, ge=1)
     num_minibatches: int = Field(32, ge=1)
     norm_adv: bool = True
+    # Over what ``norm_adv`` standardizes the advantages: each minibatch (CleanRL: 64 samples
+    # here) or the whole batch once, before the epochs (RLlib's GAE connector: 2,048 samples).
+    norm_adv_scope: Literal["minibatch", "batch"] = "minibatch"
     clip_vloss: bool = True
     learning_rate: float = Field(3e-4, gt=0.0)
     # CleanRL's ``target_kl``: end a learner's update after the first epoch whose minibatches'

@@ -89,6 +89,14 @@ def _log_truncated(
     return log_r
 
 
+def standardize_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """Zero mean, unit std: CleanRL's per-minibatch ``norm_adv`` formula, also used once over
+    the whole batch (``norm_adv_scope="batch"``, as RLlib's GAE connector does)."""
+    if advantages.numel() <= 1:
+        return advantages
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
 def is_weights(
     logratio_self: torch.Tensor,
     logratio_others: torch.Tensor | None,
@@ -163,9 +171,7 @@ def ppo_loss(
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
 
-    mb_advantages = advantages
-    if norm_adv and mb_advantages.numel() > 1:
-        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+    mb_advantages = standardize_advantages(advantages) if norm_adv else advantages
 
     pg_loss1 = -mb_advantages * ratio
     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)

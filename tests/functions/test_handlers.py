@@ -625,3 +625,29 @@ def test_gae_values_learner_recomputes_the_targets_with_the_learners_critic(run_
         torch.testing.assert_close(fresh.values, newer.get_value(recorded.obs).reshape(-1))
     assert not torch.allclose(fresh.advantages, recorded.advantages, atol=1e-3)
     torch.testing.assert_close(fresh.returns, fresh.advantages + fresh.values)
+
+
+def test_norm_adv_scope_batch_standardizes_once_over_the_batch(run_store, redis_url):
+    """``norm_adv_scope="batch"`` (RLlib's way): the batch's advantages come out of build_batch
+    standardized, returns untouched, and the minibatch loss does not standardize again."""
+    from functions.compiled import _loss_kwargs
+
+    publish_init(run_store, "Pendulum-v1")
+    ids = sample(run_store, redis_url, "Pendulum-v1", n=2)
+    groups = learner._group(learner.load_trajectories(run_store, ids), torch.device("cpu"))
+    model = build_policy(run_store.params.get(0).meta)
+    load_policy_tensors(model, run_store.params.get(0).tensors)
+    per_minibatch = learner.PPOHyper()
+    per_batch = per_minibatch.model_copy(update={"norm_adv_scope": "batch"})
+    raw = learner.build_batch(model, groups, per_minibatch, [])
+    once = learner.build_batch(model, groups, per_batch, [])
+    assert abs(float(raw.advantages.mean())) > 1e-3  # GAE's own scale: not standardized
+    assert abs(float(once.advantages.mean())) < 1e-5
+    assert abs(float(once.advantages.std()) - 1.0) < 1e-4
+    torch.testing.assert_close(once.returns, raw.returns)
+    torch.testing.assert_close(
+        once.advantages, (raw.advantages - raw.advantages.mean()) / (raw.advantages.std() + 1e-8))
+    assert _loss_kwargs(per_minibatch)["norm_adv"] and not _loss_kwargs(per_batch)["norm_adv"]
+    off = per_batch.model_copy(update={"norm_adv": False})
+    torch.testing.assert_close(learner.build_batch(model, groups, off, []).advantages,
+                               raw.advantages)
