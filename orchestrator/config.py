@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -258,6 +259,30 @@ class TrainConfig(BaseModel):
                 f"it needs --backend local, not {self.backend!r}"
             )
         return self
+
+    @property
+    def actors_fed(self) -> int:
+        """Async: the most rollouts in flight at once. Backpressure samples only what the
+        learners take next — ``learner_batch_steps`` per learner — so with rollouts of
+        ``n_envs * rollout_steps`` steps no more actors than this are ever busy."""
+        return max(1, math.ceil(self.learner_batch_steps * self.learners
+                                / (self.n_envs * self.rollout_steps)))
+
+    def idle_actors_warning(self) -> str | None:
+        """Why ``actors`` (or ``max_actors``) is more than an async run can keep busy, and
+        what to change; None when it is not."""
+        field = "max_actors" if self.autoscale else "actors"
+        asked = getattr(self, field)
+        # only a number someone chose: the default 2 is for sync rounds (split across actors)
+        if self.mode != "async" or field not in self.model_fields_set or asked <= self.actors_fed:
+            return None
+        return (
+            f"{asked} actors asked for, but at most {self.actors_fed} will run at once: the "
+            f"learners take {self.learners} x {self.learner_batch_steps} env steps at a time "
+            f"and each rollout is {self.n_envs} envs x {self.rollout_steps} steps. To sample "
+            f"with more actors, make the rollouts smaller (actors x n_envs x rollout_steps ~ "
+            f"learners x learner_batch_steps, e.g. --n-envs "
+            f"{max(1, self.n_envs * self.actors_fed // asked)}) or add learners.")
 
     @property
     def publishing_learner(self) -> bool:

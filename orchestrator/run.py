@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,8 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run one training job end to end; returns the summary (also saved in the run folder)."""
     preflight_env(cfg)
+    if (idle := cfg.idle_actors_warning()) is not None:
+        print(f"warning: {idle}", file=sys.stderr)
     run_id, run_dir = resolve_run(cfg)
     store = open_store(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -58,3 +58,40 @@ def test_stop_at_return_ends_the_run_on_a_logged_row(tmp_path: Path, redis_url: 
     with open(tmp_path / "s" / "metrics.csv") as fh:
         returns = [r["episodic_return"] for r in csv.DictReader(fh) if r["episodic_return"]]
     assert max(float(r) for r in returns) >= 10.0  # the curve shows the target reached
+
+
+def test_async_backpressure_keeps_at_most_the_actors_the_learners_can_feed() -> None:
+    """Rollouts in flight never exceed the learners' next batches, so with the default
+    8 envs x 256 steps one learner's 2,048-step batch feeds one actor: asking for more says
+    so (and how to size rollouts for them); sync rounds and the default count stay quiet."""
+    many = load_config(None, {"actors": 8, "minutes": 1})
+    assert many.actors_fed == 1
+    warning = many.idle_actors_warning()
+    assert warning is not None and "at most 1 will run at once" in warning
+    assert "--n-envs 1" in warning
+    assert load_config(None, {"actors": 8, "n_envs": 1, "minutes": 1}).actors_fed == 8
+    assert load_config(None, {"actors": 8, "n_envs": 1, "minutes": 1}).idle_actors_warning() is None
+    assert load_config(None, {"minutes": 1}).idle_actors_warning() is None  # the default 2
+    assert load_config(None, {"actors": 8, "mode": "sync", "minutes": 1}).idle_actors_warning() is None
+    assert load_config(None, {"actors": 8, "learners": 4, "learner_publishes": False,
+                              "minutes": 1}).actors_fed == 4
+    scaled = load_config(None, {"autoscale": True, "max_actors": 6, "minutes": 1})
+    assert "6 actors asked for" in (scaled.idle_actors_warning() or "")
+
+
+def test_a_run_with_more_actors_than_fed_warns_and_keeps_to_the_cap(
+        tmp_path: Path, redis_url: str, capsys) -> None:
+    cfg = load_config(None, {
+        "env": "CartPole-v1", "backend": "inline", "total_steps": 3072, "actors": 6,
+        "n_envs": 2, "rollout_steps": 32, "learner_batch_steps": 128, "eval_interval_s": 0,
+        "progress": "none", "run_dir": str(tmp_path / "a"), "redis_url": redis_url,
+        "log_interval_s": 0.1, "hyper": {"update_epochs": 1, "num_minibatches": 2},
+        "learner_compile": False,
+    })
+    assert cfg.actors_fed == 2
+    train(cfg)
+    assert "6 actors asked for, but at most 2 will run at once" in capsys.readouterr().err
+    with open(tmp_path / "a" / "metrics.csv") as fh:
+        in_flight = [int(r["actors_in_flight"]) for r in csv.DictReader(fh)
+                     if r["actors_in_flight"]]
+    assert in_flight and max(in_flight) <= 2
