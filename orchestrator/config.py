@@ -40,7 +40,8 @@ class TrainConfig(BaseModel):
         description="Where functions run: in-process threads, the local Lambda runtime over HTTP, "
         "any Lambda endpoint (AWS or local) via boto3, or Ray tasks.",
     )
-    actors: int = Field(2, ge=1, le=1000, description="Actor invocations kept in flight.")
+    actors: int = Field(2, ge=1, le=1000, description="Actor invocations kept in flight (async: "
+                        "at most actors_fed, the rollouts the learners' next batches take).")
     learners: int = Field(1, ge=1, le=100, description="Learner invocations in flight (async).")
     total_steps: int | None = Field(
         None, ge=1, description="Stop after this many environment steps."
