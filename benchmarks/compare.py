@@ -335,13 +335,20 @@ def default_hyper(system: str) -> dict[str, Any]:
     return (baseline_hyper() if system == "rllib" else PPOHyper()).model_dump()
 
 
+# PPOHyper fields added after runs were recorded, with the value that is exactly what every run
+# before the field did (the code had no other way then): such a run is labelled as if it had
+# recorded that value, not ``unrecorded``.
+BEHAVIOUR_BEFORE_FIELD: dict[str, Any] = {"norm_adv_scope": "minibatch"}
+
+
 def label_by_hyper(variant: str, run: dict[str, Any]) -> str:
     """``variant`` renamed for the hyper-parameters its run recorded (``config.json``): the
     system, its tags that are not hyper-parameters, and each PPOHyper field that differs from
     what the system runs with by default today (``hyper.target_kl=null``). Runs of the same
     settings then pool across sessions whatever flags, or defaults, named them then; a field
     the run did not record (it predates it) is ``unrecorded``, so such a run never passes for
-    today's defaults. A run without a recorded ``hyper`` keeps its name."""
+    today's defaults — unless :data:`BEHAVIOUR_BEFORE_FIELD` says what every run before the
+    field did. A run without a recorded ``hyper`` keeps its name."""
     cfg = run["dir"] / "config.json"
     hyper = json.loads(cfg.read_text()).get("hyper") if cfg.exists() else None
     if not isinstance(hyper, dict):
@@ -350,9 +357,10 @@ def label_by_hyper(variant: str, run: dict[str, Any]) -> str:
     system = run["bench"].get("system") or name
     tags = [t for t in rest.rstrip("]").split(",") if t and not t.startswith("hyper.")]
     for field, default in default_hyper(system).items():
-        value = json.dumps(hyper[field]) if field in hyper else "unrecorded"
-        if field not in hyper or hyper[field] != default:
-            tags.append(f"hyper.{field}={value}")
+        recorded = field in hyper or field in BEHAVIOUR_BEFORE_FIELD
+        ran_with = hyper[field] if field in hyper else BEHAVIOUR_BEFORE_FIELD.get(field)
+        if not recorded or ran_with != default:
+            tags.append(f"hyper.{field}={json.dumps(ran_with) if recorded else 'unrecorded'}")
     return f"{system}[{','.join(tags)}]" if tags else system
 
 

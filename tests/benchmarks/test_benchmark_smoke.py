@@ -357,16 +357,20 @@ def test_label_by_hyper_pools_runs_by_what_they_ran_with_not_what_named_them(tmp
     """A run made with ``--set hyper.target_kl=0.02`` when that was not the default pools with
     today's default runs; one made under an older default gets named for its difference
     (``hyper.target_kl=null``); RLlib is judged against its own matched baseline; a field a run
-    did not record never passes for today's default."""
+    did not record never passes for today's default — unless every run before the field did
+    what its default does (``norm_adv_scope``: per minibatch)."""
     from benchmarks import rllib_ppo
     from functions.messages import PPOHyper
 
+    def before_scope(hyper: PPOHyper) -> dict:  # recorded before norm_adv_scope existed
+        return {k: v for k, v in hyper.model_dump().items() if k != "norm_adv_scope"}
+
     old, new = tmp_path / "s24", tmp_path / "s25"
     runs = [  # (out, folder, system, variant of then, seed, hyper it recorded)
-        (old, "stellaris", "stellaris", "stellaris", 1, PPOHyper(target_kl=None).model_dump()),
+        (old, "stellaris", "stellaris", "stellaris", 1, before_scope(PPOHyper(target_kl=None))),
         (old, "stellaris_kl", "stellaris", "stellaris[hyper.target_kl=0.02]", 1,
-         PPOHyper(target_kl=0.02).model_dump()),
-        (old, "rllib", "rllib", "rllib", 1, rllib_ppo.baseline_hyper().model_dump()),
+         before_scope(PPOHyper(target_kl=0.02))),
+        (old, "rllib", "rllib", "rllib", 1, before_scope(rllib_ppo.baseline_hyper())),
         (new, "stellaris", "stellaris", "stellaris", 2, PPOHyper().model_dump()),
         (new, "rllib", "rllib", "rllib", 2, rllib_ppo.baseline_hyper().model_dump()),
         (new, "lean", "lean", "lean", 2,
