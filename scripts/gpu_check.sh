@@ -2,7 +2,8 @@
 # The checks that need a GPU, in one go (run on a machine with CUDA, after setup):
 # the learner's CUDA tests, then the CPU-vs-GPU step and invocation benchmark, then (when
 # COMPARE_MINUTES is set) one side-by-side run of Stellaris async with its learner on the GPU
-# and ACTORS actors against the lean PPO on the same machine.
+# and ACTORS actors of N_ENVS envs each (8 x 1 x 256 steps = one learner batch, so all of them
+# sample at once; README "More actors") against the lean PPO on the same machine.
 #   bash scripts/gpu_check.sh [OUT_DIR]
 #   TESTS_TIMEOUT=200 BENCH_TIMEOUT=130 BENCH_ARGS="--widths 64" COMPARE_MINUTES=1.5 ACTORS=8 \
 #     bash scripts/gpu_check.sh OUT
@@ -24,7 +25,7 @@ if [ -n "${COMPARE_MINUTES:-}" ]; then
   cmp_dir="${COMPARE_DIR:-/tmp/gpu-compare}"
   timeout "${COMPARE_TIMEOUT:-600}" "$PY" benchmarks/compare.py --envs Hopper-v5 --seeds 1 \
     --minutes "$COMPARE_MINUTES" --systems stellaris lean --actors "${ACTORS:-8}" \
-    --set device="${COMPARE_DEVICE:-cuda}" --set learner_memory_mb=10240 --no-results \
+    --set n_envs="${N_ENVS:-1}" --set device="${COMPARE_DEVICE:-cuda}" --set learner_memory_mb=10240 --no-results \
     --out "$cmp_dir" 2>&1 | tee "$OUT/compare.log"
   compare=${PIPESTATUS[0]}
   tar -czf "$OUT/compare.tgz" -C "$(dirname "$cmp_dir")" "$(basename "$cmp_dir")" 2>/dev/null
