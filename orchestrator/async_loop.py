@@ -74,7 +74,6 @@ class AsyncTrainer(Trainer):
         # look-ahead lineage -> (seq, version) of its last gradient applied since the last publish
         self._applied_by_lineage: dict[str, tuple[int, int]] = {}
         self._window_start = 0.0
-        self._actor_steps = cfg.n_envs * cfg.rollout_steps
         self._agg_error: BaseException | None = None
         agg_thread: threading.Thread | None = None
         if not cfg.publishing_learner:
@@ -102,9 +101,9 @@ class AsyncTrainer(Trainer):
                 # down (invocations would only fail).
                 # Just in time (``actor_start``): hold a rollout until it would finish about
                 # when a learner needs it, which keeps the data fresher (orchestrator/pacer.py).
-                ahead = cfg.learner_batch_steps * cfg.learners
                 hold = 0.0
-                while store_ok and len(actors) < want and backlog + len(actors) * self._actor_steps < ahead:
+                while (store_ok and len(actors) < want
+                       and backlog + len(actors) * cfg.rollout_env_steps < cfg.steps_ahead):
                     hold = self.pacer.hold_s(time.monotonic())
                     if hold > 0:
                         break

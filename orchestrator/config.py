@@ -262,12 +262,21 @@ class TrainConfig(BaseModel):
         return self
 
     @property
+    def rollout_env_steps(self) -> int:
+        """Env steps one actor invocation samples."""
+        return self.n_envs * self.rollout_steps
+
+    @property
+    def steps_ahead(self) -> int:
+        """Async backpressure: env steps sampled or waiting at most, what the learners take
+        next (one batch per learner); rolling out further only makes the data staler."""
+        return self.learner_batch_steps * self.learners
+
+    @property
     def actors_fed(self) -> int:
-        """Async: the most rollouts in flight at once. Backpressure samples only what the
-        learners take next — ``learner_batch_steps`` per learner — so with rollouts of
-        ``n_envs * rollout_steps`` steps no more actors than this are ever busy."""
-        return max(1, math.ceil(self.learner_batch_steps * self.learners
-                                / (self.n_envs * self.rollout_steps)))
+        """Async: the most rollouts in flight at once under :attr:`steps_ahead`: no more
+        actors than this are ever busy."""
+        return max(1, math.ceil(self.steps_ahead / self.rollout_env_steps))
 
     def idle_actors_warning(self) -> str | None:
         """Why ``actors`` (or ``max_actors``) is more than an async run can keep busy, and

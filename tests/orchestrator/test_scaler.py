@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from orchestrator.config import load_config
+from orchestrator.config import TrainConfig, load_config
 from orchestrator.run import train
 from orchestrator.scaler import ActorScaler
 
@@ -28,17 +28,20 @@ def test_autoscale_grows_when_learners_starve_and_shrinks_when_data_piles_up() -
     assert s.current == 1  # never below one
 
 
+def _cartpole_run(run_dir: Path, redis_url: str, **fields: object) -> TrainConfig:
+    """A small in-process CartPole run. Eager learners: a cold inductor cache (a wiped /tmp)
+    bills ~15 s of compiling to the first learner invocation, which alone overshoots the
+    tiny budgets here."""
+    return load_config(None, {
+        "env": "CartPole-v1", "backend": "inline", "eval_interval_s": 0, "progress": "none",
+        "run_dir": str(run_dir), "redis_url": redis_url, "learner_compile": False, **fields})
+
+
 def test_budget_stops_the_run(tmp_path: Path, redis_url: str) -> None:
-    cfg = load_config(None, {
-        "env": "CartPole-v1", "backend": "inline", "minutes": 5, "budget_usd": 0.0002,
-        "n_envs": 4, "rollout_steps": 128, "learner_batch_steps": 512, "eval_interval_s": 0,
-        "progress": "none", "run_dir": str(tmp_path / "b"), "redis_url": redis_url,
-        "hyper": {"update_epochs": 1, "num_minibatches": 4},
-        "autoscale": True, "max_actors": 3,
-        # eager: a cold inductor cache (a wiped /tmp) bills ~15 s of compiling to the first
-        # learner invocation, which alone overshoots this tiny budget
-        "learner_compile": False,
-    })
+    cfg = _cartpole_run(
+        tmp_path / "b", redis_url, minutes=5, budget_usd=0.0002, n_envs=4, rollout_steps=128,
+        learner_batch_steps=512, hyper={"update_epochs": 1, "num_minibatches": 4},
+        autoscale=True, max_actors=3)
     summary = train(cfg)
     assert summary["wall_s"] < 120
     # Stops at the budget (plus what was already in flight when it was reached).
@@ -46,13 +49,10 @@ def test_budget_stops_the_run(tmp_path: Path, redis_url: str) -> None:
 
 
 def test_stop_at_return_ends_the_run_on_a_logged_row(tmp_path: Path, redis_url: str) -> None:
-    cfg = load_config(None, {
-        "env": "CartPole-v1", "backend": "inline", "minutes": 5, "stop_at_return": 10.0,
-        "n_envs": 4, "rollout_steps": 128, "learner_batch_steps": 512, "eval_interval_s": 0,
-        "progress": "none", "run_dir": str(tmp_path / "s"), "redis_url": redis_url,
-        "log_interval_s": 0.5, "hyper": {"update_epochs": 1, "num_minibatches": 4},
-        "learner_compile": False,
-    })
+    cfg = _cartpole_run(
+        tmp_path / "s", redis_url, minutes=5, stop_at_return=10.0, n_envs=4, rollout_steps=128,
+        learner_batch_steps=512, log_interval_s=0.5,
+        hyper={"update_epochs": 1, "num_minibatches": 4})
     summary = train(cfg)
     assert summary["target_reached"] and summary["wall_s"] < 60  # not the 5-minute budget
     with open(tmp_path / "s" / "metrics.csv") as fh:
@@ -81,13 +81,10 @@ def test_async_backpressure_keeps_at_most_the_actors_the_learners_can_feed() -> 
 
 def test_a_run_with_more_actors_than_fed_warns_and_keeps_to_the_cap(
         tmp_path: Path, redis_url: str, capsys) -> None:
-    cfg = load_config(None, {
-        "env": "CartPole-v1", "backend": "inline", "total_steps": 3072, "actors": 6,
-        "n_envs": 2, "rollout_steps": 32, "learner_batch_steps": 128, "eval_interval_s": 0,
-        "progress": "none", "run_dir": str(tmp_path / "a"), "redis_url": redis_url,
-        "log_interval_s": 0.1, "hyper": {"update_epochs": 1, "num_minibatches": 2},
-        "learner_compile": False,
-    })
+    cfg = _cartpole_run(
+        tmp_path / "a", redis_url, total_steps=3072, actors=6, n_envs=2, rollout_steps=32,
+        learner_batch_steps=128, log_interval_s=0.1,
+        hyper={"update_epochs": 1, "num_minibatches": 2})
     assert cfg.actors_fed == 2
     train(cfg)
     assert "6 actors asked for, but at most 2 will run at once" in capsys.readouterr().err
