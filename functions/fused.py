@@ -31,7 +31,7 @@ import torch
 from torch.func import functional_call, grad_and_value
 
 from functions.adam import FlatAdam
-from functions.compiled import MinibatchLoss, _loss_kwargs, _loss_terms, clipped_grad
+from functions.compiled import MinibatchLoss, _loss_kwargs, _loss_terms, clipped_grad, compile_fn
 from functions.messages import PPOHyper
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class FusedStep:
                tuple(group["betas"]), float(group["eps"]))
         with FusedStep._lock:
             if key not in FusedStep._compiled:
-                FusedStep._compiled[key] = torch.compile(_train_step(
+                FusedStep._compiled[key] = compile_fn(_train_step(
                     kwargs, layout, float(self.hyper.max_grad_norm), tuple(group["betas"]),
                     float(group["eps"])))
             return FusedStep._compiled[key]

@@ -98,3 +98,47 @@ def test_warm_cache_compiles_with_the_functions_one_thread(monkeypatch) -> None:
         assert torch.get_num_threads() == 2  # the caller's setting, restored
     finally:
         torch.set_num_threads(before)
+
+
+def test_compile_fn_trusts_the_cpu_flags_unless_told(monkeypatch) -> None:
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.delenv(compiled.VEC_ISA_ENV, raising=False)
+    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
+    compiled.compile_fn(torch.tanh)
+    assert inductor_config.cpp.vec_isa_ok is True
+    # whoever runs us set torch's own switch: theirs to keep
+    monkeypatch.setenv(compiled.VEC_ISA_ENV, "0")
+    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)
+    compiled.compile_fn(torch.tanh)
+    assert inductor_config.cpp.vec_isa_ok is False
+
+
+def _probes_in_a_new_process(compile_with: str) -> int:
+    import os
+    import subprocess
+    import sys
+
+    script = f"""
+import torch, torch._inductor.cpu_vec_isa as isa
+from functions import compiled
+probes = []
+isa.VecISA._probe_load = lambda self, path: probes.append(path) or True
+torch.set_num_threads(1)
+x = torch.randn(64, 16)
+fn = {compile_with}(lambda x: torch.tanh(x * 2.0 + 1.0).sum(-1))
+assert torch.allclose(fn(x), torch.tanh(x * 2.0 + 1.0).sum(-1), atol=1e-5)
+print("probes", len(probes))
+"""
+    env = {k: v for k, v in os.environ.items() if k != compiled.VEC_ISA_ENV}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=300, check=True).stdout
+    return int(out.split("probes")[-1])
+
+
+def test_a_new_process_compiles_with_fewer_isa_probes() -> None:
+    """What a new execution environment skips (a fresh process: a process probes once): the
+    base ISAs' probe subprocesses; the kernel still builds, vectorised, and is right."""
+    ours, torchs = (_probes_in_a_new_process("compiled.compile_fn"),
+                    _probes_in_a_new_process("torch.compile"))
+    assert ours == 0 or ours < torchs, (ours, torchs)
