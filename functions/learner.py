@@ -21,6 +21,7 @@ previews, the publish and the optimizer-state save), ``total_s``.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import zlib
@@ -35,11 +36,18 @@ import torch
 
 from functions import ppo
 from functions.adam import FlatAdam
-from functions.compiled import MinibatchLoss, clipped_grad
+from functions.compiled import MinibatchLoss, clipped_grad, synthetic_batch
 from functions.fused import FusedStep
 from functions.graphed import GraphedStep, can_graph
 from functions.lookahead import Lookahead
-from functions.messages import Gradient, LearnerEvent, PPOHyper, Trajectory, parse_event
+from functions.messages import (
+    Gradient,
+    LearnerEvent,
+    LearnerWarmup,
+    PPOHyper,
+    Trajectory,
+    parse_event,
+)
 from functions.normalizer import RunningMeanStd
 from functions.policy import (
     ActorCritic,
@@ -409,7 +417,18 @@ def _loss_stats(stats: _Stats, graphed: GraphedStep | None) -> dict[str, float]:
     return graphed.stats() if graphed is not None else stats.result()
 
 
+def _schema(event: Any) -> Any:
+    if isinstance(event, bytes | bytearray | str):
+        try:
+            event = json.loads(event)
+        except ValueError:
+            return None  # parse_event says what is wrong with it
+    return event.get("schema") if isinstance(event, dict) else None
+
+
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
+    if _schema(event) == "stellaris.learner-warmup/1":
+        return warm_up(parse_event(LearnerWarmup, event, context))
     ev = parse_event(LearnerEvent, event, context)
     set_threads()
     device = _device(ev.device)
@@ -458,6 +477,52 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
         "device": str(device),
     })
     return result
+
+
+def warm_up(ev: LearnerWarmup) -> dict[str, Any]:
+    """Compile this environment's learner step for the run's policy (:class:`LearnerWarmup`).
+
+    The step runs on a synthetic batch of ``ev.batch_size`` samples with the minibatch sizes
+    the learner will cut from it, so the first update finds every graph compiled for its
+    shapes. Update mode takes one fused step per size at a learning rate of 0 with a
+    throwaway Adam, and puts the weights back all the same; gradient mode takes the
+    minibatch's loss and gradient. Nothing is written to the store. On CUDA the learner
+    captures its graphs per batch: nothing to warm here.
+    """
+    set_threads()
+    t0 = time.perf_counter()
+    device = _device(ev.device)
+    if not ev.compile or device.type != "cpu":
+        return {"warmed": False, "invocation_id": ev.invocation_id, "device": str(device),
+                "seconds": time.perf_counter() - t0}
+    rs = run_store(ev.redis_url, ev.run_id)
+    pol, _ = POLICIES.get(rs, "latest", device)
+    model, hyper = pol.model, ev.hyper
+    batch = synthetic_batch(model, ev.batch_size)
+    loss_fn = MinibatchLoss(hyper, compile=True)
+    sizes = sorted({len(idx) for idx in _minibatches(ev.batch_size, hyper, torch.Generator())},
+                   reverse=True)  # tensor_split's order: the larger minibatches first
+    if ev.mode == "update":
+        adam = FlatAdam(model, lr=0.0, eps=ADAM_EPS, betas=ev.master_adam_betas)
+        weights = adam.flat.detach().clone()
+        step = FusedStep(hyper, loss_fn, fused=True)
+        try:
+            for n in sizes:
+                step(model, batch, torch.arange(n), adam)
+        finally:
+            with torch.no_grad():
+                adam.flat.copy_(weights)
+            adam.zero_grad()
+        compiled = step.steps_fused > 0
+    else:
+        params = list(model.parameters())
+        for n in sizes:
+            clipped_grad(loss_fn, model, params, batch, torch.arange(n), hyper.max_grad_norm)
+        model.zero_grad(set_to_none=True)
+        compiled = loss_fn.compiled
+    return {"warmed": compiled, "invocation_id": ev.invocation_id, "device": str(device),
+            "mode": ev.mode, "minibatch_sizes": sizes, "version": pol.version,
+            "seconds": time.perf_counter() - t0}
 
 
 class _LookaheadCache(threading.local):

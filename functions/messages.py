@@ -180,6 +180,27 @@ class LearnerEvent(_Event):
         return self
 
 
+class LearnerWarmup(_Event):
+    """Compile a learner's step for a run before its first batch arrives (a "warmer").
+
+    The first update of a compiled learner spends seconds in ``torch.compile`` while the
+    actors, held by backpressure, wait for it. Sent at a run's start, this invocation compiles
+    the same step for the run's policy on a synthetic batch of the real batch's shape, in the
+    execution environment the first update will then find warm, while the first rollouts are
+    sampled. It changes nothing in the store.
+    """
+
+    schema_: Literal["stellaris.learner-warmup/1"] = Field(
+        "stellaris.learner-warmup/1", alias="schema")
+    mode: Literal["gradient", "update"] = "update"
+    # samples in the learner's batches: the compiled step specialises on it
+    batch_size: int = Field(2048, ge=1, le=1_000_000)
+    hyper: PPOHyper = Field(default_factory=PPOHyper)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    compile: bool = True
+    master_adam_betas: tuple[float, float] = (0.9, 0.999)
+
+
 class EvaluatorEvent(_Event):
     schema_: Literal["stellaris.evaluator/1"] = Field("stellaris.evaluator/1", alias="schema")
     policy_version: VersionRef = "latest"

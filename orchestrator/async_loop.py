@@ -14,6 +14,7 @@ learner learns, so the data lags one update as before.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -84,6 +85,11 @@ class AsyncTrainer(Trainer):
         actors: dict[Future[InvocationResult], _Actor] = {}
         learners: dict[Future[InvocationResult], _Learner] = {}
         pending: deque[_Traj] = deque()
+        # Compiling starts now, beside the first rollouts; no update starts before it is done,
+        # so the first one runs in the environment it warmed.
+        self._warming = self.submit_warmup(
+            math.ceil(cfg.learner_batch_steps / cfg.rollout_env_steps) * cfg.rollout_env_steps,
+            "update" if cfg.publishing_learner else "gradient", self.learner_hyper())
         try:
             while not self.done():
                 if self._agg_error is not None:
@@ -109,6 +115,8 @@ class AsyncTrainer(Trainer):
                         break
                     self._submit_actor(actors)
                 futures = list(actors) + list(learners)
+                if self._warming is not None:
+                    futures.append(self._warming)
                 if not futures:
                     time.sleep(0.5)  # store down, nothing in flight: wait for the next check
                     self.periodic(self._extra(0, 0))
@@ -116,7 +124,10 @@ class AsyncTrainer(Trainer):
                 timeout = min(0.5, hold) if hold > 0 else 0.5
                 done, _ = wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    if fut in actors:
+                    if fut is self._warming:
+                        self.on_warmup(fut.result())
+                        self._warming = None
+                    elif fut in actors:
                         self._on_actor(fut.result(), actors.pop(fut), actors, pending)
                     else:
                         job = learners.pop(fut)
@@ -170,7 +181,9 @@ class AsyncTrainer(Trainer):
     def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
                            pending: deque[_Traj]) -> None:
         cfg = self.cfg
-        while len(learners) < cfg.learners and sum(t.steps for t in pending) >= cfg.learner_batch_steps:
+        busy = len(learners) + (self._warming is not None)
+        while busy < cfg.learners and sum(t.steps for t in pending) >= cfg.learner_batch_steps:
+            busy += 1
             batch: list[_Traj] = []
             while pending and sum(t.steps for t in batch) < cfg.learner_batch_steps:
                 batch.append(pending.popleft())
@@ -269,9 +282,14 @@ class AsyncTrainer(Trainer):
         # In-flight invocations finish on their own (a Lambda cannot be recalled); we wait a
         # bounded time so their cost is booked, then stop the aggregator.
         outstanding = list(actors) + list(learners)
+        if self._warming is not None:
+            outstanding.append(self._warming)
         done, _ = wait(outstanding, timeout=min(60.0, self.cfg.function_timeout_s))
         for fut in done:
             res = fut.result()
+            if fut is self._warming:
+                self.on_warmup(res)
+                continue
             self.record_cost(res)
             published = (self.cfg.publishing_learner and fut in learners
                          and (res.ok or self._published(learners[fut])))

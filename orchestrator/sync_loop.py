@@ -17,6 +17,10 @@ from orchestrator.trainer import MISSING_TRAJECTORY, Trainer
 class SyncTrainer(Trainer):
     def run(self) -> dict[str, Any]:
         self.resume_or_init()
+        # the learner compiles while the first round samples (its update waits for it)
+        self._warming = self.submit_warmup(
+            self.cfg.actors * self.cfg.n_envs * self._steps_per_actor(), "update",
+            self.learner_hyper(is_correction="none"))
         while not self.done():
             v = self.master.version
             results = self._sample_round(v)
@@ -24,6 +28,8 @@ class SyncTrainer(Trainer):
                 break
             self._learn(v, results)
             self.periodic({"actors_in_flight": 0, "learners_in_flight": 0})
+        if self._warming is not None:  # stopped before the first update: billed all the same
+            self.on_warmup(self._warming.result())
         self.checkpoint(self._store_state())
         self.finish_evaluation(timeout=30)
         row = self.log_row({"actors_in_flight": 0, "learners_in_flight": 0})
@@ -31,6 +37,9 @@ class SyncTrainer(Trainer):
         summary["final_row"] = row
         self.close(summary)
         return summary
+
+    def _steps_per_actor(self) -> int:
+        return max(1, self.cfg.learner_batch_steps // (self.cfg.actors * self.cfg.n_envs))
 
     def _sample_round(self, v: int) -> list[dict[str, Any]] | None:
         """All actors with version ``v``; failed ones are resubmitted (the barrier waits).
@@ -41,8 +50,7 @@ class SyncTrainer(Trainer):
         """
         payloads: list[dict[str, Any]] = []
         attempts = {i: 0 for i in range(self.cfg.actors)}
-        steps = max(1, self.cfg.learner_batch_steps // (self.cfg.actors * self.cfg.n_envs))
-        self._round_steps = steps
+        steps = self._round_steps = self._steps_per_actor()
         futures = {self.invoker.submit("actor", self.actor_event(v, steps)): i for i in attempts}
         while futures:
             done, _ = wait(list(futures), timeout=1.0)
@@ -69,6 +77,9 @@ class SyncTrainer(Trainer):
             self.counters.traj_staleness.extend(0 for _ in ids)
         # Plain PPO: IS correction is the async mechanism; a sync batch is on-policy.
         event = self.update_event(ids, v, self.learner_hyper(is_correction="none"))
+        if self._warming is not None:
+            self.on_warmup(self._warming.result())
+            self._warming = None
         for attempt in range(self.cfg.max_retries + 1):
             res = self.invoker.submit("learner", event).result()
             self.record_cost(res)

@@ -18,7 +18,7 @@ import numpy as np
 from redis.exceptions import RedisError
 
 from functions.learner import OPTIMIZER_STATE, MissingTrajectory
-from functions.messages import ActorEvent, EvaluatorEvent, LearnerEvent, PPOHyper
+from functions.messages import ActorEvent, EvaluatorEvent, LearnerEvent, LearnerWarmup, PPOHyper
 from functions.ppo import annealed_lr
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import TrainConfig
@@ -89,6 +89,9 @@ class Trainer:
         self.eval_return: float | None = None
         self.target_reached = False  # a logged row reached cfg.stop_at_return
         self._eval_future: Future[InvocationResult] | None = None
+        # the learner warm-up in flight (submit_warmup), and how it went
+        self._warming: Future[InvocationResult] | None = None
+        self.warmup_report: dict[str, Any] | None = None
         self._t_start = time.monotonic()
         self._wall_offset = 0.0  # wall time of earlier sessions of a resumed run
         self._last_log = self._last_ckpt = self._last_eval = 0.0
@@ -186,6 +189,30 @@ class Trainer:
             master_adam_betas=self.adam_betas, compile=self.cfg.learner_compile,
             cuda_graph=self.cfg.learner_cuda_graphs, previews=previews,
         ).to_event()
+
+    def submit_warmup(self, batch_size: int, mode: str,
+                      hyper: PPOHyper) -> Future[InvocationResult] | None:
+        """Start a learner warm-up (:class:`functions.messages.LearnerWarmup`): its compile
+        runs while the first rollouts are sampled, and the first update finds its environment
+        warm. None when the learners do not compile."""
+        if not self.cfg.learner_compile:
+            return None
+        event = LearnerWarmup(
+            run_id=self.rs.run_id, redis_url=self.redis_url, mode=mode,
+            invocation_id=f"w-{uuid.uuid4().hex[:16]}", batch_size=batch_size,
+            hyper=hyper, device=self.cfg.device, compile=True, master_adam_betas=self.adam_betas,
+        ).to_event()
+        return self.invoker.submit("learner", event)
+
+    def on_warmup(self, res: InvocationResult) -> None:
+        """A warm-up is billed like any invocation; one that failed costs the first update
+        its compile, nothing else (no retry: the update compiles for itself)."""
+        self.record_cost(res)
+        p = res.payload or {}
+        self.warmup_report = {"ok": res.ok, "warmed": bool(p.get("warmed")),
+                              "seconds": p.get("seconds"), "duration_ms": res.duration_ms}
+        if not res.ok:
+            self.record_failure(res)
 
     def record_cost(self, result: InvocationResult) -> None:
         mem = self.cfg.learner_memory_mb if result.function == "learner" else self.cfg.actor_memory_mb
@@ -457,6 +484,7 @@ class Trainer:
             "lookahead_rebases": c.lookahead_rebases,
             "previews": c.previews, "preview_steps": c.preview_steps,
             "learners_eager": c.learners_eager,
+            "learner_warmup": self.warmup_report,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "staleness_mean": {k: total / n for k, (total, n) in self._stale_sums.items() if n},

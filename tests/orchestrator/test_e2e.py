@@ -75,6 +75,8 @@ def test_tiny_training_run(backend: str, mode: str, tmp_path: Path, redis_url: s
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
     assert summary["cost"]["total_usd"] > 0
     assert summary["learners_eager"] == 0  # every learner compiled its loss (the default)
+    # after a warm-up that compiled it while the first rollouts ran (and was billed)
+    assert summary["learner_warmup"]["warmed"], summary["learner_warmup"]
     for name in ("config.json", "metrics.csv", "summary.json", "checkpoints/metadata.json",
                  "figures/return_vs_wall.png"):
         assert (run_dir / name).exists(), name
@@ -143,7 +145,10 @@ def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) ->
     # versions count updates: the data was at most one update old when learned
     assert set(summary["staleness_hist"]["traj"]) <= {"0", "1"}, summary["staleness_hist"]
     billing = summary["backend_billing"]["functions"]
-    assert billing["stellaris-learner"]["invocations"] == summary["version"]
+    # and one more: the warm-up that compiled the learner's step while the first rollouts ran
+    assert billing["stellaris-learner"]["invocations"] == summary["version"] + 1
+    warmup = summary["learner_warmup"]
+    assert warmup["ok"] and warmup["warmed"] and warmup["duration_ms"] > 0, warmup
     # each update stored a preview after its first of two epochs for the actors (refreshing
     # every 32 steps) to sample with while it ran; a preview counts its progress in the age
     assert summary["previews"] == summary["version"]
