@@ -21,7 +21,6 @@ previews, the publish and the optimizer-state save), ``total_s``.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import zlib
@@ -46,6 +45,7 @@ from functions.messages import (
     LearnerWarmup,
     PPOHyper,
     Trajectory,
+    event_schema,
     parse_event,
 )
 from functions.normalizer import RunningMeanStd
@@ -417,17 +417,8 @@ def _loss_stats(stats: _Stats, graphed: GraphedStep | None) -> dict[str, float]:
     return graphed.stats() if graphed is not None else stats.result()
 
 
-def _schema(event: Any) -> Any:
-    if isinstance(event, bytes | bytearray | str):
-        try:
-            event = json.loads(event)
-        except ValueError:
-            return None  # parse_event says what is wrong with it
-    return event.get("schema") if isinstance(event, dict) else None
-
-
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
-    if _schema(event) == "stellaris.learner-warmup/1":
+    if event_schema(event) == "stellaris.learner-warmup/1":
         return warm_up(parse_event(LearnerWarmup, event, context))
     ev = parse_event(LearnerEvent, event, context)
     set_threads()

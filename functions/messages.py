@@ -213,14 +213,30 @@ class EvaluatorEvent(_Event):
 E = TypeVar("E", bound=_Event)
 
 
+def _decoded(event: Any, name: str) -> Any:
+    """A raw event as Lambda hands it (a dict) or as JSON text, decoded."""
+    if isinstance(event, bytes | bytearray | str):
+        try:
+            return json.loads(event)
+        except ValueError as exc:
+            raise InvalidEvent(f"{name}: event is not valid JSON: {exc}") from None
+    return event
+
+
+def event_schema(event: Any) -> str | None:
+    """The ``schema`` a raw event names, for handlers that take more than one kind; None if
+    it names none or is not a JSON object (``parse_event`` then says what is wrong)."""
+    try:
+        event = _decoded(event, "event")
+    except InvalidEvent:
+        return None
+    return event.get("schema") if isinstance(event, Mapping) else None
+
+
 def parse_event(cls: type[E], event: Any, context: Any = None) -> E:
     """Validate a raw event (dict or JSON text) into ``cls``; :class:`InvalidEvent` if bad."""
     name = cls.__name__
-    if isinstance(event, bytes | bytearray | str):
-        try:
-            event = json.loads(event)
-        except ValueError as exc:
-            raise InvalidEvent(f"{name}: event is not valid JSON: {exc}") from None
+    event = _decoded(event, name)
     if not isinstance(event, Mapping):
         raise InvalidEvent(f"{name}: event must be a JSON object, got {type(event).__name__}")
     try:
