@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from functions import actor, learner, ppo  # noqa: E402
+from functions.behaviour import behaviour_sampler  # noqa: E402
 from functions.envs import make_vec_env  # noqa: E402
 from functions.policy import init_policy, policy_meta  # noqa: E402
 from store import EmbeddedRedis, RunStore, Store  # noqa: E402
@@ -40,13 +41,13 @@ N_ENVS, STEPS = 8, 256
 
 def raw_loop(steps: int, envs: Any, model: Any, gen: torch.Generator, obs: np.ndarray) -> tuple[
         float, float, np.ndarray]:
-    """The same vector env and MLP, no normalisation, no recording, no store."""
+    """The same vector env and the same sampler of the same MLP (``behaviour_sampler``, as the
+    actor steps with it), no normalisation, no recording, no store."""
+    sample = behaviour_sampler(model, gen)
     t0, c0 = time.perf_counter(), time.process_time()
-    with torch.inference_mode():
-        for _ in range(steps):
-            action, _, _ = model.sample(torch.from_numpy(obs), generator=gen)
-            obs, *_ = envs.step(model.env_action(action))
-            obs = np.asarray(obs, dtype=np.float32)
+    for _ in range(steps):
+        obs, *_ = envs.step(sample(obs)[3])
+        obs = np.asarray(obs, dtype=np.float32)
     return time.perf_counter() - t0, time.process_time() - c0, obs
 
 

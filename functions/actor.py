@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from functions.behaviour import behaviour_sampler
 from functions.envs import drop_warm_env, warm_env
 from functions.messages import ActorEvent, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
@@ -113,7 +114,7 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
 
     raw_obs = np.zeros((steps, n, dim), dtype=np.float64)
     obs = np.zeros((steps, n, dim), dtype=np.float32)
-    actions: list[torch.Tensor] = []
+    actions: list[np.ndarray] = []
     logprobs = np.zeros((steps, n), dtype=np.float32)
     values = np.zeros((steps, n), dtype=np.float32)
     next_values = np.zeros((steps, n), dtype=np.float32)
@@ -128,13 +129,14 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
     # (t, env) of done steps whose next value is V(final obs), filled after the loop.
     pending_final: list[tuple[int, int, np.ndarray]] = []
 
-    def behaviour(p: Any) -> tuple[Any, Any, float, np.ndarray, np.ndarray]:
-        # Normalisation constants of the behaviour version, hoisted out of the loop.
+    def behaviour(p: Any) -> tuple[Any, Any, Any, float, np.ndarray, np.ndarray]:
+        # The behaviour version's sampler and normalisation constants, hoisted out of the loop.
         spec = p.model.spec
         scale = 1.0 / float(np.sqrt(p.ret_rms.var + 1e-8)) if spec.reward_scaling else 1.0
-        return (p.model, spec, scale, p.obs_rms.mean, 1.0 / np.sqrt(p.obs_rms.var + 1e-8))
+        return (p.model, behaviour_sampler(p.model, gen), spec, scale, p.obs_rms.mean,
+                1.0 / np.sqrt(p.obs_rms.var + 1e-8))
 
-    model, spec, reward_scale, mean, inv_std = behaviour(pol)
+    model, sample, spec, reward_scale, mean, inv_std = behaviour(pol)
     lo, hi = -spec.obs_clip, spec.obs_clip
     cur = wenv.obs
     for t in range(steps):
@@ -142,7 +144,7 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
             newer = refresh()
             if newer.token != pol.token:
                 pol = newer
-                model, spec, reward_scale, mean, inv_std = behaviour(pol)
+                model, sample, spec, reward_scale, mean, inv_std = behaviour(pol)
                 lo, hi = -spec.obs_clip, spec.obs_clip
         step_versions[t], step_progress[t] = pol.version, pol.progress
         raw_obs[t] = cur
@@ -150,10 +152,9 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
             obs[t] = np.minimum(np.maximum((cur - mean) * inv_std, lo), hi)
         else:
             obs[t] = cur
-        action, logp, value = model.sample(torch.from_numpy(obs[t]), generator=gen)
+        action, logprobs[t], values[t], env_action = sample(obs[t])
         actions.append(action)
-        logprobs[t], values[t] = logp.numpy(), value.numpy()
-        nxt, rew, term, trunc, info = wenv.envs.step(model.env_action(action))
+        nxt, rew, term, trunc, info = wenv.envs.step(env_action)
         rew = np.asarray(rew, dtype=np.float64)
         terminated[t], truncated[t] = term, trunc
         done = np.logical_or(term, trunc)
@@ -197,7 +198,7 @@ def rollout(wenv: Any, pol: Any, ev: ActorEvent,
         final_obs = [fo]
         final_index = [t * n + i for t, i, _ in pending_final]
 
-    act = torch.stack(actions).numpy()
+    act = np.stack(actions)
     act = act.astype(np.int64) if model.discrete else act.astype(np.float32)
     obs_stats = RunningMeanStd.from_batch(raw_obs.reshape(-1, dim), (dim,)).to_dict()
     ret_stats = RunningMeanStd.from_batch(disc_returns.reshape(-1), ()).to_dict()

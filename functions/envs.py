@@ -30,6 +30,20 @@ class UnsupportedSpace(ValueError):
 AUTORESET_MODE = AutoresetMode.SAME_STEP
 
 
+class WithoutStepInfo(gym.Wrapper):
+    """An env whose ``step`` returns an empty ``info``.
+
+    No function reads an env's per-step info (Hopper's x_position, reward_forward, ...): the
+    actor needs only the vector env's own ``final_obs``, which SyncVectorEnv adds itself. But
+    SyncVectorEnv merges every key of every env's info into arrays on every step, ~8 µs of
+    the ~150 µs an env step costs an actor on Hopper-v5. ``reset``'s info is kept.
+    """
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        return obs, reward, terminated, truncated, {}
+
+
 def _import_for(env_id: str) -> str:
     """Import ``package.module`` of ``package.module:EnvId`` (it registers the env)."""
     if ":" not in env_id:
@@ -99,11 +113,13 @@ def space_info(env_id: str) -> SpaceInfo:
 
 
 def make_vec_env(env_id: str, n_envs: int) -> SyncVectorEnv:
-    """``n_envs`` copies in one process (a function owns one core: no subprocess vector env)."""
+    """``n_envs`` copies in one process (a function owns one core: no subprocess vector env),
+    each without per-step info (:class:`WithoutStepInfo`)."""
     space_info(env_id)  # fail early with UnknownEnv / UnsupportedSpace
     name = _import_for(env_id)
     return SyncVectorEnv(
-        [lambda: gym.make(name) for _ in range(n_envs)], autoreset_mode=AUTORESET_MODE
+        [lambda: WithoutStepInfo(gym.make(name)) for _ in range(n_envs)],
+        autoreset_mode=AUTORESET_MODE,
     )
 
 
