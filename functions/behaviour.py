@@ -21,13 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from functions.policy import ActorCritic
+from functions.policy import _HALF_LOG_2PI, ActorCritic
 
 # (action as stored, log-prob, value, action as the env takes it) for a batch of observations.
 Step = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 Sampler = Callable[[np.ndarray], Step]
 
-_HALF_LOG_2PI = np.float32(0.5 * np.log(2 * np.pi))
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda h: np.maximum(h, 0.0),
