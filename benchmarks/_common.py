@@ -122,12 +122,12 @@ def _fmt(v: Any) -> Any:
 
 def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
     """Rows of a run's metrics.csv that have a return: wall_s, env_steps, cost_usd (and the
-    same at dedicated vCPUs: cost_usd where a run predates that column), return, and the
+    same at dedicated vCPUs: cost_usd where a run predates that column), return, the
     orchestrator's and Redis's CPU seconds so far (0 where a run predates that column or has
-    none)."""
+    none), and the policy's entropy at the last update (NaN before the first one)."""
     cols: dict[str, list[float]] = {"wall_s": [], "env_steps": [], "cost_usd": [],
                                     "cost_usd_dedicated_vcpu": [], "episodic_return": [],
-                                    "orchestrator_cpu_s": [], "redis_cpu_s": []}
+                                    "orchestrator_cpu_s": [], "redis_cpu_s": [], "entropy": []}
     path = Path(run_dir) / "metrics.csv"
     if not path.exists():
         return cols
@@ -136,6 +136,7 @@ def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
             if not row.get("episodic_return"):
                 continue
             row["cost_usd_dedicated_vcpu"] = row.get("cost_usd_dedicated_vcpu") or row.get("cost_usd")
+            row["entropy"] = row.get("losses/entropy") or "nan"
             for k in cols:
                 cols[k].append(float(row.get(k) or 0.0))
     return cols

@@ -395,6 +395,18 @@ def steps_to(curve: dict[str, list[float]], target: float) -> float | None:
     return None
 
 
+def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
+    """The policy's entropy (nats, its last update's) at the first row reaching ``target``:
+    how narrow a system's policy had become for the same progress. Stale data narrows it
+    faster per unit of return (benchmarks/RESULTS.md, session 32), and a narrow policy that
+    has not reached the target yet is the one that plateaus. None: not reached, or a run
+    that logs no entropy."""
+    for h, r in zip(curve.get("entropy") or [], curve["episodic_return"], strict=False):
+        if r >= target:
+            return None if math.isnan(h) else h
+    return None
+
+
 def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
                        resamples: int = 10_000, seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap interval of ``mean(num) / mean(den)``, resampling each system's
@@ -467,7 +479,9 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
                           "usd_dedicated": [h[1] for h in dedicated if h],
                           "usd_unsized": [h[1] for h in unsized if h],
                           "usd_redis_node": [h[1] for h in redis_node if h],
-                          "steps": [n for n in steps if n is not None]}
+                          "steps": [n for n in steps if n is not None],
+                          "entropy": [h for h in (entropy_at(x["curve"], tgt) for x in runs)
+                                      if h is not None]}
     return out
 
 
@@ -933,6 +947,12 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     lines += _md_table(["system"] + [f"k steps to {t:g}" for t in targets],
                        [[LABELS.get(v, v)] + [steps_cell(st[v]["to"][t]) for t in targets]
                         for v in order])
+    lines.append("Policy entropy (nats, `losses/entropy`) when each return was first reached: "
+                 "how narrow each system's policy had become for the same progress:")
+    lines.append("")
+    lines += _md_table(["system"] + [f"entropy at {t:g}" for t in targets],
+                       [[LABELS.get(v, v)] + [_ms(st[v]["to"][t]["entropy"], "{:.2f}")
+                                              for t in targets] for v in order])
     # The Stellaris defaults (or the defaults on another backend) against each baseline; then
     # Stellaris's sync mode against the two baselines outside Stellaris.
     base = next((v for v in order if v == "stellaris" or re.fullmatch(
