@@ -398,9 +398,8 @@ def steps_to(curve: dict[str, list[float]], target: float) -> float | None:
 def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
     """The policy's entropy (nats, its last update's) at the first row reaching ``target``:
     how narrow a system's policy had become for the same progress. Stale data narrows it
-    faster per unit of return (benchmarks/RESULTS.md, session 32), and a narrow policy that
-    has not reached the target yet is the one that plateaus. None: not reached, or a run
-    that logs no entropy."""
+    faster per unit of return (benchmarks/RESULTS.md, session 32), a suspect in async's
+    plateaus though not the whole story. None: not reached, or a run that logs no entropy."""
     for h, r in zip(curve.get("entropy") or [], curve["episodic_return"], strict=False):
         if r >= target:
             return None if math.isnan(h) else h
@@ -948,7 +947,8 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
                        [[LABELS.get(v, v)] + [steps_cell(st[v]["to"][t]) for t in targets]
                         for v in order])
     lines.append("Policy entropy (nats, `losses/entropy`) when each return was first reached: "
-                 "how narrow each system's policy had become for the same progress:")
+                 "how narrow each system's policy had become for the same progress (RLlib's "
+                 "is its learner's own figure, not on the same footing):")
     lines.append("")
     lines += _md_table(["system"] + [f"entropy at {t:g}" for t in targets],
                        [[LABELS.get(v, v)] + [_ms(st[v]["to"][t]["entropy"], "{:.2f}")
