@@ -375,24 +375,24 @@ def return_at(curve: dict[str, list[float]], t: float) -> float | None:
     return best
 
 
+def first_reaching(curve: dict[str, list[float]], target: float) -> int | None:
+    """Index of the first logged row whose return reaches ``target`` (None: never)."""
+    return next((i for i, r in enumerate(curve["episodic_return"]) if r >= target), None)
+
+
 def time_to(curve: dict[str, list[float]], target: float,
             cost: str = "cost_usd") -> tuple[float, float] | None:
     """(wall s, $) at the first row reaching ``target``; ``cost`` names the $ column (e.g.
     ``cost_usd_dedicated_vcpu``; a curve without it has only the one bill)."""
-    costs = curve.get(cost) or curve["cost_usd"]
-    for w, c, r in zip(curve["wall_s"], costs, curve["episodic_return"], strict=True):
-        if r >= target:
-            return w, c
-    return None
+    i = first_reaching(curve, target)
+    return None if i is None else (curve["wall_s"][i], (curve.get(cost) or curve["cost_usd"])[i])
 
 
 def steps_to(curve: dict[str, list[float]], target: float) -> float | None:
     """Env steps at the first row reaching ``target``: sample efficiency, which the machine's
     load does not enter (time = steps / throughput)."""
-    for n, r in zip(curve["env_steps"], curve["episodic_return"], strict=True):
-        if r >= target:
-            return n
-    return None
+    i = first_reaching(curve, target)
+    return None if i is None else curve["env_steps"][i]
 
 
 def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
@@ -400,10 +400,11 @@ def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
     how narrow a system's policy had become for the same progress. Stale data narrows it
     faster per unit of return (benchmarks/RESULTS.md, session 32), a suspect in async's
     plateaus though not the whole story. None: not reached, or a run that logs no entropy."""
-    for h, r in zip(curve.get("entropy") or [], curve["episodic_return"], strict=False):
-        if r >= target:
-            return None if math.isnan(h) else h
-    return None
+    i = first_reaching(curve, target)
+    entropy = curve.get("entropy") or []
+    if i is None or i >= len(entropy) or math.isnan(entropy[i]):
+        return None
+    return entropy[i]
 
 
 def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
