@@ -21,7 +21,7 @@ from functions.envs import drop_warm_env, warm_env
 from functions.messages import ActorEvent, Trajectory, parse_event
 from functions.normalizer import RunningMeanStd
 from functions.policy import normalize_obs
-from functions.warm import PolicyCache, run_store, set_threads
+from functions.warm import PolicyCache, lower_cpu_priority, run_store, set_threads
 
 POLICIES = PolicyCache()
 
@@ -33,6 +33,7 @@ class PolicyEnvMismatch(ValueError):
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
     ev = parse_event(ActorEvent, event, context)
     set_threads()
+    lower_cpu_priority(ev.nice)
     t0 = time.perf_counter()
     rs = run_store(ev.redis_url, ev.run_id)
     # An async actor (refresh_steps > 0) samples with the newest weights there are: a

@@ -139,6 +139,9 @@ class ActorEvent(_Event):
     refresh_steps: int = Field(
         0, ge=0, le=100_000, description="Check for a newer policy every this many steps and "
         "sample on with it (0: the whole rollout with one version, as a sync round needs).")
+    nice: int = Field(
+        0, ge=0, le=19, description="Raise the worker process's niceness to at least this "
+        "before sampling (never lowered): the learner keeps its core when they share one.")
 
 
 class LearnerEvent(_Event):

@@ -12,6 +12,7 @@ then behaves like one Lambda execution environment, warm across its invocations.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -52,6 +53,21 @@ def set_threads() -> None:
     """Functions share two cores with everything else (DESIGN.md): one torch thread."""
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
+
+
+def lower_cpu_priority(nice: int) -> None:
+    """Raise this process's niceness to at least ``nice``; never lowers it (that needs
+    privileges), so a warm worker asked twice keeps the first answer. A no-op where the
+    platform has no ``os.nice``.
+
+    On Linux ``nice`` applies to the calling thread (and threads it starts later): call it
+    from the thread that runs the handler, in a process that runs nothing else.
+    """
+    if nice <= 0 or not hasattr(os, "nice"):
+        return
+    current = os.nice(0)
+    if current < nice:
+        os.nice(nice - current)
 
 
 @dataclass

@@ -187,6 +187,15 @@ class TrainConfig(BaseModel):
     function_prefix: str = Field("stellaris", description="Deployed function names' prefix.")
     ray_address: str | None = Field(None, description="Ray cluster address (default: local Ray).")
     runtime_zygote: bool = Field(True, description="Local runtime forks workers from a zygote.")
+    actor_nice: int = Field(
+        0, ge=0, le=19, description="Niceness an actor's worker process runs at (Linux "
+        "`nice`; local and lambda backends, where each function has processes of its own). "
+        "When functions share a host's cores (the local runtime on a laptop), the learner is "
+        "the critical path: every ms it waits for a core delays the weights all actors sample "
+        "with next, while an actor that yields a core only samples a little less. 0: equal "
+        "priority. Ignored by inline and ray backends (threads, or workers shared with "
+        "learners, would keep the lower priority)."
+    )
     runtime_invoke_latency_ms: float = Field(
         0.0, ge=0, le=60_000, description="Local runtime: emulated network + frontend latency of "
         "each invoke, median ms (AWS warm: tens of ms; 0 = loopback). Not billed, burns no CPU: "
