@@ -276,6 +276,13 @@ class TrainConfig(BaseModel):
         return self.n_envs * self.rollout_steps
 
     @property
+    def actor_event_nice(self) -> int:
+        """The niceness actor events ask for: ``actor_nice`` where each function has worker
+        processes of its own (local runtime, Lambda), 0 where an actor runs on a thread of
+        the orchestrator (inline) or on a worker Ray may hand a learner task next."""
+        return self.actor_nice if self.backend in ("local", "lambda") else 0
+
+    @property
     def steps_ahead(self) -> int:
         """Async backpressure: env steps sampled or waiting at most, what the learners take
         next (one batch per learner); rolling out further only makes the data staler."""

@@ -171,7 +171,7 @@ class Trainer:
             env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
             seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
             refresh_steps=self.cfg.actor_refresh_steps if self.cfg.mode == "async" else 0,
-            nice=self.cfg.actor_nice if self.cfg.backend in ("local", "lambda") else 0,
+            nice=self.cfg.actor_event_nice,
         ).to_event()
 
     def update_event(self, trajectory_ids: list[str], version: int, hyper: PPOHyper,

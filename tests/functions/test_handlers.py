@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import os
 
 import numpy as np
 import pytest
@@ -204,6 +205,24 @@ def test_actor_in_a_separate_worker_process(run_store, redis_url):
         b = pool.submit(actor.handler, e).result(timeout=120)
     assert (a["cached"], b["cached"]) == (False, True)
     assert run_store.traj.get([a["trajectory_id"], b["trajectory_id"]])[1] is not None
+
+
+def test_an_actor_lowers_its_workers_cpu_priority_and_never_raises_it_back(run_store, redis_url):
+    publish_init(run_store, "CartPole-v1")
+    e = ev(run_store, redis_url, env_id="CartPole-v1", n_envs=2, steps=8)
+    with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        assert pool.submit(os.nice, 0).result(timeout=120) == os.nice(0)
+        pool.submit(actor.handler, {**e, "nice": 5}).result(timeout=120)
+        after_first = pool.submit(os.nice, 0).result(timeout=120)
+        pool.submit(actor.handler, {**e, "nice": 2}).result(timeout=120)  # asks for less
+        after_second = pool.submit(os.nice, 0).result(timeout=120)
+    assert after_first == after_second == max(5, os.nice(0))
+
+
+@pytest.mark.parametrize("nice", [-1, 20])
+def test_an_actor_refuses_a_niceness_out_of_range(run_store, redis_url, nice):
+    with pytest.raises(InvalidEvent, match="nice"):
+        actor.handler(ev(run_store, redis_url, env_id="CartPole-v1", nice=nice))
 
 
 # -- learner ---------------------------------------------------------------------------------

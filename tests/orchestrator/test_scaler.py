@@ -92,3 +92,12 @@ def test_a_run_with_more_actors_than_fed_warns_and_keeps_to_the_cap(
         in_flight = [int(r["actors_in_flight"]) for r in csv.DictReader(fh)
                      if r["actors_in_flight"]]
     assert in_flight and max(in_flight) <= 2
+
+
+def test_actors_ask_for_a_lower_priority_only_where_they_have_processes_of_their_own() -> None:
+    """inline actors are orchestrator threads and Ray's workers may run a learner next: a
+    niceness they cannot give back must not reach them."""
+    for backend, expected in (("local", 7), ("lambda", 7), ("inline", 0), ("ray", 0)):
+        cfg = load_config(None, {"backend": backend, "actor_nice": 7, "minutes": 1})
+        assert cfg.actor_event_nice == expected, backend
+    assert load_config(None, {"backend": "local", "minutes": 1}).actor_event_nice == 0
