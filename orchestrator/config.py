@@ -192,9 +192,11 @@ class TrainConfig(BaseModel):
         "`nice`; local and lambda backends, where each function has processes of its own). "
         "When functions share a host's cores (the local runtime on a laptop), the learner is "
         "the critical path: every ms it waits for a core delays the weights all actors sample "
-        "with next, while an actor that yields a core only samples a little less. 0: equal "
-        "priority. Ignored by inline and ray backends (threads, or workers shared with "
-        "learners, would keep the lower priority)."
+        "with next, while an actor that yields a core only samples a little less — but is "
+        "billed while it waits (two 4-env actors at 10 on two cores: 10% more env steps/s, "
+        "1.7x the $; benchmarks/RESULTS.md, session 33). 0: equal priority. Ignored by inline "
+        "and ray backends (threads, or workers shared with learners, would keep the lower "
+        "priority)."
     )
     runtime_invoke_latency_ms: float = Field(
         0.0, ge=0, le=60_000, description="Local runtime: emulated network + frontend latency of "
