@@ -40,6 +40,7 @@ from pyinstrument import Profiler  # noqa: E402
 from pyinstrument.renderers import ConsoleRenderer, HTMLRenderer  # noqa: E402
 from pyinstrument.session import Session  # noqa: E402
 
+from functions.messages import LearnerWarmup, event_schema  # noqa: E402
 from orchestrator import async_loop, run  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.invokers import inline  # noqa: E402
@@ -83,10 +84,14 @@ def instrument(profile_functions: bool) -> None:
         orig_submit = inv.submit
 
         def submit(function: str, event: dict[str, Any]) -> Any:
+            # The learner's warm-up (its first compile, beside the first rollouts) returns no
+            # handler timings: counted apart, or its seconds of compiling would read as
+            # invocation overhead.
+            warm_up = event_schema(event) == LearnerWarmup.model_fields["schema_"].default
+            key = "client_wall.learner_warmup" if warm_up else f"client_wall.{function}"
             t0 = time.perf_counter()
             fut = orig_submit(function, event)
-            fut.add_done_callback(
-                lambda f, fn=function: _add(f"client_wall.{fn}", time.perf_counter() - t0))
+            fut.add_done_callback(lambda f, k=key: _add(k, time.perf_counter() - t0))
             return fut
 
         inv.submit = submit
@@ -288,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_after": os.getloadavg()[0], "orchestrator_cpu_s": cpu,
         "return": summary.get("mean_return"), "aggregations": COUNTS["aggregator.apply_s"],
         "gradients": COUNTS["learner.gradients"],
+        "learner_warmup_client_s": TIMES["client_wall.learner_warmup"],
         "seconds": rows, "us_per_env_step": {k: v * us for k, v in rows.items()},
         "wall_us_per_env_step": wall * us, "overhead_s": overhead,
         "overhead_frac_of_busy": overhead / max(busy, 1e-9),
@@ -303,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in rows.items():
         print(f"{k:64s} {v:8.2f} {v * us:9.1f}")
     print(f"{'wall-clock':64s} {wall:8.2f} {wall * us:9.1f}")
+    print(f"learner warm-up (compile beside the first rollouts, once a run, not in the table): "
+          f"{TIMES['client_wall.learner_warmup']:.2f} s")
     print(f"orchestrator process CPU (all its threads): {cpu:.2f} s = {cpu * us:.1f} us/step")
     print("CPU by process (s, us/step, share of 2 cores x wall):")
     for role, sec in sorted(process_cpu.items(), key=lambda kv: -kv[1]):
