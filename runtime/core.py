@@ -16,7 +16,7 @@ from runtime.events import EventQueue
 from runtime.functions import FunctionConfig, Registry
 from runtime.latency import InvokeLatency
 from runtime.pool import EnvironmentPool
-from runtime.spawner import SpawnLauncher, ZygoteLauncher
+from runtime.spawner import DEFAULT_PRELOAD, SpawnLauncher, ZygoteLauncher
 
 log = logging.getLogger("runtime")
 
@@ -31,7 +31,7 @@ class Settings:
     idle_timeout: float = 300.0
     state_dir: Path | None = None
     zygote: bool = True
-    preload: tuple[str, ...] = ("torch", "gymnasium", "numpy")
+    preload: tuple[str, ...] = DEFAULT_PRELOAD
     event_retry_delays: tuple[float, ...] = (60.0, 120.0)
     credentials: dict[str, str] = field(default_factory=dict)  # access key -> secret (sigv4)
     auth: str = "none"

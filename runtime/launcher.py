@@ -20,6 +20,8 @@ from typing import IO, Any
 import httpx
 import psutil
 
+from runtime.spawner import DEFAULT_PRELOAD
+
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -31,7 +33,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class LocalRuntime:
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, zygote: bool = True,
-                 preload: Iterable[str] = ("torch", "gymnasium", "numpy"),
+                 preload: Iterable[str] = DEFAULT_PRELOAD,
                  account_concurrency: int = 1000, extra_env: dict[str, str] | None = None,
                  log_file: str | os.PathLike[str] | None = None, idle_timeout: float | None = None,
                  state_dir: str | os.PathLike[str] | None = None,

@@ -16,6 +16,15 @@ _HERE = Path(__file__).resolve().parent
 WORKER = _HERE / "worker.py"
 ZYGOTE = _HERE / "zygote.py"
 
+# What the zygote imports before it forks: the libraries the functions import, so a cold start
+# forks them in milliseconds instead of importing them (like a Lambda layer in a SnapStart
+# snapshot). torch's compiler stack is one of them: a compiled learner's first step spent
+# ~2 s of its ~4 s importing dynamo and inductor (1.6 s to compile with them loaded, the disk
+# cache warm; benchmarks/RESULTS.md, session 34). Importing them starts no thread or process.
+# Caveat, as for any snapshot: modules that read the environment at import (torch's
+# ``TORCHINDUCTOR_*`` settings among them) read the runtime's, not a function's own.
+DEFAULT_PRELOAD: tuple[str, ...] = ("torch", "torch._inductor.compile_fx", "gymnasium", "numpy")
+
 
 def kill_group(pid: int) -> None:
     """SIGKILL a worker's whole process group (it is a session leader: pgid == pid)."""

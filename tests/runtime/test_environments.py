@@ -139,6 +139,19 @@ def test_zygote_cold_start_with_torch(client, deploy) -> None:
     assert init_ms < 1000  # forked from a zygote that already imported torch
 
 
+def test_default_zygote_forks_torch_compiler_already_imported(tmp_path) -> None:
+    """The default preload (runtime.spawner.DEFAULT_PRELOAD) includes torch's compiler stack:
+    a compiled learner's cold start must not spend ~2 s importing dynamo and inductor."""
+    code = {"app.py": "import sys\n"
+            "AT_INIT = 'torch._inductor.compile_fx' in sys.modules  # before this module's imports\n"
+            "def handler(e, c):\n    return AT_INIT\n"}
+    with LocalRuntime(log_file=tmp_path / "s.log") as rt:
+        c = lambda_client(rt.endpoint)
+        c.create_function(FunctionName="f", Runtime="python3.11", Role="arn:aws:iam::123456789012:role/r",
+                          Handler="app.handler", Code={"ZipFile": make_zip(code)})
+        assert json.loads(c.invoke(FunctionName="f")["Payload"].read()) is True
+
+
 def test_no_zygote_idle_reaping_and_clean_stop(tmp_path) -> None:
     """Spawn mode, idle reaping, and no process left behind by stop()."""
     with LocalRuntime(zygote=False, idle_timeout=0.5, log_file=tmp_path / "s.log") as rt:
