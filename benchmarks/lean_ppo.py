@@ -46,6 +46,7 @@ from functions.policy import flatten_parameters, init_policy  # noqa: E402
 from functions.ppo import annealed_lr  # noqa: E402
 from functions.warm import CachedPolicy  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
+from runtime.spawner import DEFAULT_PRELOAD  # noqa: E402
 
 
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
@@ -85,10 +86,11 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     t_setup = time.perf_counter()
     if compile:
-        # Start-up, outside the clock as for Stellaris, whose runtime's zygote has torch's
-        # compiler stack imported before any function starts (runtime.spawner.DEFAULT_PRELOAD):
-        # ~2 s that neither system's clock counts.
-        importlib.import_module("torch._inductor.compile_fx")
+        # Start-up, outside the clock as for Stellaris, whose runtime's zygote has imported
+        # these (torch's compiler stack among them) before any function starts: ~2 s that
+        # neither system's clock counts. The same list, so the two cannot drift apart.
+        for module in DEFAULT_PRELOAD:
+            importlib.import_module(module)
     model, _ = init_policy(env_id, spec, seed)
     adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS, betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)
