@@ -26,7 +26,7 @@ from typing import Any
 from functions.messages import Gradient, LearnerEvent
 from orchestrator.aggregator import AggregationRule, StalenessAggregator
 from orchestrator.invokers.base import InvocationResult
-from orchestrator.pacer import RolloutPacer
+from orchestrator.pacer import Rollout, RolloutPacer, next_rollout
 from orchestrator.scaler import ActorScaler
 from orchestrator.trainer import MISSING_TRAJECTORY, Trainer
 from store import CorruptBlob, StoreError
@@ -44,6 +44,7 @@ class _Traj:
 @dataclass
 class _Actor:
     submitted: float
+    rollout: Rollout
     attempts: int = 1
 
 
@@ -107,13 +108,21 @@ class AsyncTrainer(Trainer):
                 # down (invocations would only fail).
                 # Just in time (``actor_start``): hold a rollout until it would finish about
                 # when a learner needs it, which keeps the data fresher (orchestrator/pacer.py).
+                # With a filler (``filler_envs``) the lead samples all the time and the filler
+                # only while the learner's core is free (orchestrator/pacer.py).
                 hold = 0.0
-                while (store_ok and len(actors) < want
-                       and backlog + len(actors) * cfg.rollout_env_steps < cfg.steps_ahead):
-                    hold = self.pacer.hold_s(time.monotonic())
-                    if hold > 0:
+                while store_ok and len(actors) < want:
+                    rollout = next_rollout(
+                        cfg.n_envs, cfg.filler_envs, cfg.rollout_steps, cfg.steps_ahead, backlog,
+                        (a.rollout for a in actors.values()),
+                        learner_busy=bool(learners) or self._warming is not None)
+                    if rollout is None:
                         break
-                    self._submit_actor(actors)
+                    if not rollout.filler:
+                        hold = self.pacer.hold_s(time.monotonic())
+                        if hold > 0:
+                            break
+                    self._submit_actor(actors, rollout)
                 futures = list(actors) + list(learners)
                 if self._warming is not None:
                     futures.append(self._warming)
@@ -150,9 +159,12 @@ class AsyncTrainer(Trainer):
         return summary
 
     # -- dispatcher ---------------------------------------------------------------------------
-    def _submit_actor(self, actors: dict[Future[InvocationResult], _Actor], attempts: int = 1) -> None:
-        fut = self.invoker.submit("actor", self.actor_event())
-        actors[fut] = _Actor(time.monotonic(), attempts)
+    def _submit_actor(self, actors: dict[Future[InvocationResult], _Actor], rollout: Rollout,
+                      attempts: int = 1) -> None:
+        fut = self.invoker.submit("actor", self.actor_event(n_envs=rollout.envs))
+        actors[fut] = _Actor(time.monotonic(), rollout, attempts)
+        if rollout.filler:
+            self.counters.filler_rollouts += 1
 
     def _submit_learner(self, learners: dict[Future[InvocationResult], _Learner],
                         job: _Learner) -> None:
@@ -167,9 +179,10 @@ class AsyncTrainer(Trainer):
             self.record_failure(res)
             if job.attempts < self.cfg.max_retries and not self.done():
                 self.counters.retries["actor"] += 1
-                self._submit_actor(actors, job.attempts + 1)
+                self._submit_actor(actors, job.rollout, job.attempts + 1)
             return
-        self.pacer.rollout_done(time.monotonic() - job.submitted, cold=res.cold_start)
+        if not job.rollout.filler:  # the just-in-time lead is the lead's own duration
+            self.pacer.rollout_done(time.monotonic() - job.submitted, cold=res.cold_start)
         p = res.payload
         self.record_actor(p)
         # A rollout that picked up newer versions (actor_refresh_steps) is as old as its

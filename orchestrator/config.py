@@ -75,6 +75,19 @@ class TrainConfig(BaseModel):
         "(just_in_time: measured rollout and learner times plus a 25% margin), which keeps "
         "the data fresher when learning is slower than sampling."
     )
+    filler_envs: int = Field(
+        0, ge=0, description="Async, functions sharing a host's cores (the local runtime on a "
+        "laptop or a 2-core VM): this many of each batch's n_envs env streams are sampled by a "
+        "second, 'filler' actor that starts only while no learner runs, on the core the learner "
+        "has just freed; the lead actor samples the other n_envs - filler_envs streams all the "
+        "time. With one actor the learner's core idles between updates (on 2 cores, Hopper: "
+        "~55% of the time); with two equal actors the learner shares a core with them and its "
+        "data gets staler. Sized so both finish together, a batch takes about (sampling + "
+        "learning) / 2 of CPU time per core instead of sampling alone, with the same share of "
+        "steps sampled during an update (benchmarks/RESULTS.md, session 35). The batch keeps "
+        "n_envs streams of rollout_steps steps. 0: one actor samples every stream. Needs "
+        "actors >= 2 and learners = 1."
+    )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
         "consumes, and a sync round (split across the actors)."
@@ -263,6 +276,21 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _filler_fits(self) -> TrainConfig:
+        if self.filler_envs == 0:
+            return self
+        if self.mode != "async":
+            raise ValueError("filler_envs packs async rollouts around the learner: it needs "
+                             "mode async (sync rounds already sample on every actor at once)")
+        if self.filler_envs >= self.n_envs:
+            raise ValueError(f"filler_envs ({self.filler_envs}) must be below n_envs "
+                             f"({self.n_envs}): the lead actor samples the other streams")
+        if self.actors < 2 or self.autoscale or self.learners != 1:
+            raise ValueError("filler_envs needs actors >= 2 (a lead and a filler in flight), "
+                             "one learner (the filler waits for it) and no autoscale")
+        return self
+
+    @model_validator(mode="after")
     def _latency_needs_the_local_runtime(self) -> TrainConfig:
         # Only the local runtime can add it; elsewhere the latency is the platform's own.
         if self.runtime_invoke_latency_ms > 0 and self.backend != "local":
@@ -274,8 +302,13 @@ class TrainConfig(BaseModel):
 
     @property
     def rollout_env_steps(self) -> int:
-        """Env steps one actor invocation samples."""
+        """Env steps of a batch's rollouts: one actor's, or a lead's and a filler's together."""
         return self.n_envs * self.rollout_steps
+
+    @property
+    def lead_envs(self) -> int:
+        """Env streams the (lead) actor samples: all but the filler's (:attr:`filler_envs`)."""
+        return self.n_envs - self.filler_envs
 
     @property
     def actor_event_nice(self) -> int:
@@ -294,6 +327,8 @@ class TrainConfig(BaseModel):
     def actors_fed(self) -> int:
         """Async: the most rollouts in flight at once under :attr:`steps_ahead`: no more
         actors than this are ever busy."""
+        if self.filler_envs:
+            return 2  # a lead and a filler (one learner)
         return max(1, math.ceil(self.steps_ahead / self.rollout_env_steps))
 
     def idle_actors_warning(self) -> str | None:

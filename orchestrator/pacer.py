@@ -8,11 +8,17 @@ the measured rollout time plus a margin — the next batch is still ready in tim
 learner never waits, and the data is fresher by the part of the batch learned meanwhile.
 When sampling is the slower side (many learners, a GPU), the lead exceeds the learner's
 time and rollouts start at once, as before.
+
+Which rollout (:func:`next_rollout`): with ``filler_envs`` a batch is two rollouts, a lead
+actor's that samples all the time and a filler's that waits for the learner to give its core
+back, so that on a host whose cores the functions share neither core idles and the learner
+never waits for a core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 
 
 class RolloutPacer:
@@ -51,3 +57,35 @@ class RolloutPacer:
             return 0.0
         first_free = min(self._learners.values()) + self.learn_s
         return max(0.0, first_free - lead - now)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A rollout to start: its env streams and whether it is the filler (``filler_envs``)."""
+
+    envs: int
+    filler: bool = False
+
+
+def next_rollout(n_envs: int, filler_envs: int, rollout_steps: int, steps_ahead: int,
+                 backlog_steps: int, in_flight: Iterable[Rollout], learner_busy: bool
+                 ) -> Rollout | None:
+    """The rollout to start now under the async backpressure, or None.
+
+    Without a filler: one of ``n_envs`` streams while the steps waiting and in flight are
+    below ``steps_ahead``. With one: the lead (``n_envs - filler_envs`` streams) whenever none
+    is in flight and it fits, and the filler only while no learner runs (nor compiles): on a
+    host whose cores the functions share, the learner's core is the one it takes, so it never
+    slows the update that the lead's samples are waiting on.
+    """
+    flying = list(in_flight)
+    room = steps_ahead - backlog_steps - sum(r.envs for r in flying) * rollout_steps
+    if filler_envs == 0:
+        return Rollout(n_envs) if room > 0 else None
+    lead = Rollout(n_envs - filler_envs)
+    if not any(not r.filler for r in flying) and room >= lead.envs * rollout_steps:
+        return lead
+    if (not learner_busy and not any(r.filler for r in flying)
+            and room >= filler_envs * rollout_steps):
+        return Rollout(filler_envs, filler=True)
+    return None

@@ -52,6 +52,7 @@ class Counters:
     learners_eager: int = 0  # learner invocations that ran the loss eagerly (not compiled)
     preview_steps: int = 0  # env steps sampled with a publishing learner's preview
     previews: int = 0  # previews publishing learners stored (learner_previews)
+    filler_rollouts: int = 0  # filler actors started (filler_envs)
     traj_staleness: list[float] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -165,10 +166,11 @@ class Trainer:
         self._seq += 1
         return self.cfg.seed * 100_003 + self._seq
 
-    def actor_event(self, version: int | str = "latest", steps: int | None = None) -> dict[str, Any]:
+    def actor_event(self, version: int | str = "latest", steps: int | None = None,
+                    n_envs: int | None = None) -> dict[str, Any]:
         return ActorEvent(
             run_id=self.rs.run_id, redis_url=self.redis_url, invocation_id=f"a-{uuid.uuid4().hex[:16]}",
-            env_id=self.cfg.env, n_envs=self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
+            env_id=self.cfg.env, n_envs=n_envs or self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
             seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
             refresh_steps=self.cfg.actor_refresh_steps if self.cfg.mode == "async" else 0,
             nice=self.cfg.actor_event_nice,
@@ -484,6 +486,7 @@ class Trainer:
             "grads_applied": c.grads_applied,
             "lookahead_rebases": c.lookahead_rebases,
             "previews": c.previews, "preview_steps": c.preview_steps,
+            "filler_rollouts": c.filler_rollouts,
             "learners_eager": c.learners_eager,
             "learner_warmup": self.warmup_report,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,

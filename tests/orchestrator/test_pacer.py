@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import load_config
-from orchestrator.pacer import RolloutPacer
+from orchestrator.config import ConfigError, load_config
+from orchestrator.pacer import Rollout, RolloutPacer, next_rollout
 from orchestrator.run import train
 
 
@@ -95,3 +95,62 @@ def test_cold_starts_do_not_seed_the_estimates() -> None:
     assert p.learn_s == pytest.approx(1.0)
     p.learner_started("next", 11.0)
     assert p.hold_s(11.0) == 0.0  # free at 12.0, the rollout needs 1.0 with the margin
+
+
+# -- which rollout: a lead that samples all the time, a filler on the learner's free core -----
+
+def _next(backlog: int, flying: list[Rollout], learner_busy: bool, filler_envs: int = 2
+          ) -> Rollout | None:
+    # Hopper's batch: 8 streams x 256 steps, a lead of 6 and a filler of 2
+    return next_rollout(8, filler_envs, 256, 2048, backlog, flying, learner_busy)
+
+
+def test_without_a_filler_one_rollout_of_every_stream_while_there_is_room() -> None:
+    assert _next(0, [], True, filler_envs=0) == Rollout(8)
+    assert _next(0, [Rollout(8)], False, filler_envs=0) is None
+    assert _next(2048, [], False, filler_envs=0) is None
+
+
+def test_the_lead_starts_beside_the_learner_and_the_filler_waits_for_its_core() -> None:
+    lead, filler = Rollout(6), Rollout(2, filler=True)
+    # the learner just took its batch: the lead starts at once, the filler does not
+    assert _next(0, [], learner_busy=True) == lead
+    assert _next(0, [lead], learner_busy=True) is None
+    # the update is done: the filler takes the learner's core
+    assert _next(0, [lead], learner_busy=False) == filler
+    assert _next(0, [lead, filler], learner_busy=False) is None
+    # the filler finished first: its steps wait for the lead's, nothing more starts
+    assert _next(512, [lead], learner_busy=False) is None
+    # the lead finished first: no second lead (it would not fit), the filler completes the batch
+    assert _next(1536, [], learner_busy=True) is None
+    assert _next(1536, [], learner_busy=False) == filler
+
+
+def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Path,
+                                                                     redis_url: str) -> None:
+    """A real (inline) async run with a filler: both kinds of rollout sample, every batch is
+    learned, and the batches keep n_envs streams."""
+    cfg = load_config(None, {
+        "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "filler_envs": 1,
+        "rollout_steps": 128, "learner_batch_steps": 512, "total_steps": 6144,
+        "eval_interval_s": 0, "progress": "none",
+        "hyper": {"update_epochs": 4, "num_minibatches": 8}, "backend": "inline",
+        "run_dir": str(tmp_path / "filler"), "redis_url": redis_url, "function_timeout_s": 120})
+    assert cfg.lead_envs == 3 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
+    summary = train(cfg)
+    assert summary["env_steps"] >= 6144
+    assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}
+    assert summary["filler_rollouts"] >= summary["version"] - 1 > 0
+    # one update of 4 epochs x 8 minibatches of 64 per version: every batch 512 samples
+    assert summary["grads_applied"] == 32 * summary["version"]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"filler_envs": 8}, "must be below n_envs"),
+    ({"filler_envs": 2, "mode": "sync"}, "needs mode async"),
+    ({"filler_envs": 2, "actors": 1}, "actors >= 2"),
+    ({"filler_envs": 2, "learners": 2, "learner_publishes": False}, "one learner"),
+])
+def test_a_filler_that_cannot_work_is_a_one_line_error(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, {"minutes": 1, **overrides})
