@@ -26,7 +26,7 @@ from typing import Any
 from functions.messages import Gradient, LearnerEvent
 from orchestrator.aggregator import AggregationRule, StalenessAggregator
 from orchestrator.invokers.base import InvocationResult
-from orchestrator.pacer import Rollout, RolloutPacer, next_rollout
+from orchestrator.pacer import Rollout, RolloutPacer, best_filler, filler_cycle_s, next_rollout
 from orchestrator.scaler import ActorScaler
 from orchestrator.trainer import MISSING_TRAJECTORY, Trainer
 from store import CorruptBlob, StoreError
@@ -69,6 +69,7 @@ class AsyncTrainer(Trainer):
         ))
         self.scaler = ActorScaler(cfg)
         self.pacer = RolloutPacer(cfg.actor_start == "just_in_time")
+        self.filler_envs = cfg.fixed_filler_envs  # re-chosen between batches with "auto"
         self._stop = threading.Event()
         self._to_ack: list[str] = []  # applied, their version not yet published
         self._entry_left: dict[str, int] = {}  # stream entry -> its gradients not yet settled
@@ -111,9 +112,11 @@ class AsyncTrainer(Trainer):
                 # With a filler (``filler_envs``) the lead samples all the time and the filler
                 # only while the learner's core is free (orchestrator/pacer.py).
                 hold = 0.0
+                if cfg.filler_auto and not actors and backlog == 0:
+                    self._resize_filler()  # between batches: no rollout of the old sizes left
                 while store_ok and len(actors) < want:
                     rollout = next_rollout(
-                        cfg.n_envs, cfg.filler_envs, cfg.rollout_steps, cfg.steps_ahead, backlog,
+                        cfg.n_envs, self.filler_envs, cfg.rollout_steps, cfg.steps_ahead, backlog,
                         (a.rollout for a in actors.values()),
                         learner_busy=bool(learners) or self._warming is not None)
                     if rollout is None:
@@ -182,7 +185,8 @@ class AsyncTrainer(Trainer):
                 self._submit_actor(actors, job.rollout, job.attempts + 1)
             return
         if not job.rollout.filler:  # the just-in-time lead is the lead's own duration
-            self.pacer.rollout_done(time.monotonic() - job.submitted, cold=res.cold_start)
+            self.pacer.rollout_done(time.monotonic() - job.submitted, cold=res.cold_start,
+                                    envs=job.rollout.envs)
         p = res.payload
         self.record_actor(p)
         # A rollout that picked up newer versions (actor_refresh_steps) is as old as its
@@ -190,6 +194,21 @@ class AsyncTrainer(Trainer):
         first = int(p["behaviour_version"])
         mean = float(p.get("behaviour_version_mean", first))
         pending.append(_Traj(p["trajectory_id"], int(p["steps"]), mean))
+
+    def _resize_filler(self, min_gain: float = 0.05) -> None:
+        """``filler_envs = "auto"``: the filler whose batches take least time by the measured
+        seconds per env stream of a lead rollout and per update (:func:`best_filler`), taken
+        only when it saves ``min_gain`` of a batch's time: each new size is a new env shape,
+        whose streams start from a reset."""
+        env_s, learn_s = self.pacer.env_s, self.pacer.learn_s
+        if env_s is None or learn_s is None:
+            return
+        n = self.cfg.n_envs
+        best = best_filler(n, env_s, learn_s)
+        now_s = filler_cycle_s(n, self.filler_envs, env_s, learn_s)
+        if best != self.filler_envs and filler_cycle_s(n, best, env_s, learn_s) < (1 - min_gain) * now_s:
+            self.filler_envs = best
+            self.counters.filler_resizes += 1
 
     def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
                            pending: deque[_Traj]) -> None:

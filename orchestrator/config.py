@@ -75,8 +75,8 @@ class TrainConfig(BaseModel):
         "(just_in_time: measured rollout and learner times plus a 25% margin), which keeps "
         "the data fresher when learning is slower than sampling."
     )
-    filler_envs: int = Field(
-        0, ge=0, description="Async, functions sharing a host's cores (the local runtime on a "
+    filler_envs: int | Literal["auto"] = Field(
+        "auto", description="Async, functions sharing a host's cores (the local runtime on a "
         "laptop or a 2-core VM): this many of each batch's n_envs env streams are sampled by a "
         "second, 'filler' actor that starts only while no learner runs, on the core the learner "
         "has just freed; the lead actor samples the other n_envs - filler_envs streams all the "
@@ -85,8 +85,12 @@ class TrainConfig(BaseModel):
         "data gets staler. Sized so both finish together, a batch takes about (sampling + "
         "learning) / 2 of CPU time per core instead of sampling alone, with the same share of "
         "steps sampled during an update (benchmarks/RESULTS.md, session 35). The batch keeps "
-        "n_envs streams of rollout_steps steps. 0: one actor samples every stream. Needs "
-        "actors >= 2 and learners = 1."
+        "n_envs streams of rollout_steps steps. 0: one actor samples every stream. auto: "
+        "start with 0 and, once rollouts and updates are timed, use the filler whose "
+        "batches take least time (orchestrator/pacer.py: best_filler), re-chosen between "
+        "batches; 0 where a filler cannot work (sync, several learners, autoscale, one actor, "
+        "a batch that is not n_envs x rollout_steps). A number needs actors >= 2 and "
+        "learners = 1."
     )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
@@ -277,8 +281,10 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _filler_fits(self) -> TrainConfig:
-        if self.filler_envs == 0:
+        if self.filler_envs == "auto" or self.filler_envs == 0:
             return self
+        if self.filler_envs < 0:
+            raise ValueError(f"filler_envs must be >= 0 or 'auto' (got {self.filler_envs})")
         if self.mode != "async":
             raise ValueError("filler_envs packs async rollouts around the learner: it needs "
                              "mode async (sync rounds already sample on every actor at once)")
@@ -306,9 +312,17 @@ class TrainConfig(BaseModel):
         return self.n_envs * self.rollout_steps
 
     @property
-    def lead_envs(self) -> int:
-        """Env streams the (lead) actor samples: all but the filler's (:attr:`filler_envs`)."""
-        return self.n_envs - self.filler_envs
+    def filler_auto(self) -> bool:
+        """Does the async loop size the filler itself (``filler_envs = "auto"`` where a filler
+        can work: one publishing learner, two actors or more, batches of n_envs streams)?"""
+        return (self.filler_envs == "auto" and self.mode == "async" and self.learners == 1
+                and self.publishing_learner and self.actors >= 2 and not self.autoscale
+                and self.n_envs >= 2 and self.learner_batch_steps == self.rollout_env_steps)
+
+    @property
+    def fixed_filler_envs(self) -> int:
+        """The filler's env streams when set by number; 0 for ``auto`` (it starts at 0)."""
+        return 0 if self.filler_envs == "auto" else self.filler_envs
 
     @property
     def actor_event_nice(self) -> int:
@@ -327,7 +341,7 @@ class TrainConfig(BaseModel):
     def actors_fed(self) -> int:
         """Async: the most rollouts in flight at once under :attr:`steps_ahead`: no more
         actors than this are ever busy."""
-        if self.filler_envs:
+        if self.fixed_filler_envs or self.filler_auto:
             return 2  # a lead and a filler (one learner)
         return max(1, math.ceil(self.steps_ahead / self.rollout_env_steps))
 
@@ -342,10 +356,11 @@ class TrainConfig(BaseModel):
         return (
             f"{asked} actors asked for, but at most {self.actors_fed} will run at once: the "
             f"learners take {self.learners} x {self.learner_batch_steps} env steps at a time "
-            f"and each rollout is {self.n_envs} envs x {self.rollout_steps} steps. To sample "
-            f"with more actors, make the rollouts smaller (actors x n_envs x rollout_steps ~ "
-            f"learners x learner_batch_steps, e.g. --n-envs "
-            f"{max(1, self.n_envs * self.actors_fed // asked)}) or add learners.")
+            f"and each rollout is {self.n_envs} envs x {self.rollout_steps} steps"
+            f"{' (with a filler: two rollouts a batch)' if self.actors_fed == 2 and self.filler_auto else ''}. "
+            f"To sample with more actors, make the rollouts smaller (actors x n_envs x "
+            f"rollout_steps ~ learners x learner_batch_steps, e.g. --n-envs "
+            f"{max(1, self.steps_ahead // (asked * self.rollout_steps))}) or add learners.")
 
     @property
     def publishing_learner(self) -> bool:

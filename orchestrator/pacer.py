@@ -29,15 +29,18 @@ class RolloutPacer:
         self.margin = margin  # of the rollout time: late data idles the learner, early is stale
         self.alpha = alpha
         self.rollout_s: float | None = None
+        self.env_s: float | None = None  # a rollout's seconds per env stream
         self.learn_s: float | None = None
         self._learners: dict[Hashable, float] = {}
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else (1 - self.alpha) * old + self.alpha * new
 
-    def rollout_done(self, duration_s: float, cold: bool = False) -> None:
+    def rollout_done(self, duration_s: float, cold: bool = False, envs: int | None = None) -> None:
         if not cold:
             self.rollout_s = self._ema(self.rollout_s, duration_s)
+            if envs:
+                self.env_s = self._ema(self.env_s, duration_s / envs)
 
     def learner_started(self, key: Hashable, now: float) -> None:
         self._learners[key] = now
@@ -73,19 +76,35 @@ def next_rollout(n_envs: int, filler_envs: int, rollout_steps: int, steps_ahead:
     """The rollout to start now under the async backpressure, or None.
 
     Without a filler: one of ``n_envs`` streams while the steps waiting and in flight are
-    below ``steps_ahead``. With one: the lead (``n_envs - filler_envs`` streams) whenever none
-    is in flight and it fits, and the filler only while no learner runs (nor compiles): on a
-    host whose cores the functions share, the learner's core is the one it takes, so it never
-    slows the update that the lead's samples are waiting on.
+    below ``steps_ahead``. With one: the lead (``n_envs - filler_envs`` streams) when none is
+    in flight and the room left is more than the filler's share, and the filler only while no
+    learner runs (nor compiles): on a host whose cores the functions share, the learner's core
+    is the one it takes, so it never slows the update that the lead's samples wait on. Like a
+    rollout without a filler, the filler may overshoot the room: a batch is never left short.
     """
     flying = list(in_flight)
     room = steps_ahead - backlog_steps - sum(r.envs for r in flying) * rollout_steps
+    if room <= 0:
+        return None
     if filler_envs == 0:
-        return Rollout(n_envs) if room > 0 else None
-    lead = Rollout(n_envs - filler_envs)
-    if not any(not r.filler for r in flying) and room >= lead.envs * rollout_steps:
-        return lead
-    if (not learner_busy and not any(r.filler for r in flying)
-            and room >= filler_envs * rollout_steps):
+        return Rollout(n_envs)
+    if not any(not r.filler for r in flying) and room > filler_envs * rollout_steps:
+        return Rollout(n_envs - filler_envs)
+    if not learner_busy and not any(r.filler for r in flying):
         return Rollout(filler_envs, filler=True)
     return None
+
+
+def filler_cycle_s(n_envs: int, filler_envs: int, env_s: float, learn_s: float) -> float:
+    """Seconds a batch takes with this filler on a host of two free cores: the lead samples
+    its streams while the learner learns and after; the filler starts when the learner is
+    done. Without a filler one actor samples every stream beside the learner."""
+    if filler_envs == 0:
+        return max(n_envs * env_s, learn_s)
+    return max((n_envs - filler_envs) * env_s, learn_s + filler_envs * env_s)
+
+
+def best_filler(n_envs: int, env_s: float, learn_s: float) -> int:
+    """The filler (0 .. n_envs - 1 streams) whose batches take the least time
+    (:func:`filler_cycle_s`); the smaller on a tie."""
+    return min(range(n_envs), key=lambda k: (filler_cycle_s(n_envs, k, env_s, learn_s), k))

@@ -53,6 +53,7 @@ class Counters:
     preview_steps: int = 0  # env steps sampled with a publishing learner's preview
     previews: int = 0  # previews publishing learners stored (learner_previews)
     filler_rollouts: int = 0  # filler actors started (filler_envs)
+    filler_resizes: int = 0  # filler sizes chosen by filler_envs = "auto"
     traj_staleness: list[float] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -486,7 +487,8 @@ class Trainer:
             "grads_applied": c.grads_applied,
             "lookahead_rebases": c.lookahead_rebases,
             "previews": c.previews, "preview_steps": c.preview_steps,
-            "filler_rollouts": c.filler_rollouts,
+            "filler_rollouts": c.filler_rollouts, "filler_resizes": c.filler_resizes,
+            "filler_envs": getattr(self, "filler_envs", 0),
             "learners_eager": c.learners_eager,
             "learner_warmup": self.warmup_report,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,

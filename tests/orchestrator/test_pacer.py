@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import ConfigError, load_config
-from orchestrator.pacer import Rollout, RolloutPacer, next_rollout
+from orchestrator.pacer import (
+    Rollout,
+    RolloutPacer,
+    best_filler,
+    filler_cycle_s,
+    next_rollout,
+)
 from orchestrator.run import train
 
 
@@ -126,6 +132,42 @@ def test_the_lead_starts_beside_the_learner_and_the_filler_waits_for_its_core() 
     assert _next(1536, [], learner_busy=False) == filler
 
 
+def test_a_batch_that_is_no_multiple_of_the_rollouts_is_never_left_short() -> None:
+    # 2,000-step batches of 8 x 256-step streams: the filler overshoots, as rollouts always did
+    lead = Rollout(6)
+    assert next_rollout(8, 2, 256, 2000, 0, [], learner_busy=True) == lead
+    assert next_rollout(8, 2, 256, 2000, 1536, [], learner_busy=True) is None
+    assert next_rollout(8, 2, 256, 2000, 1536, [], learner_busy=False) == Rollout(2, filler=True)
+    assert next_rollout(8, 2, 256, 2000, 2000, [], learner_busy=False) is None
+
+
+def test_the_best_filler_balances_the_lead_against_the_update_and_the_filler() -> None:
+    # Hopper on two cores: 33 ms per env stream of a 256-step rollout, 118 ms an update
+    env_s, learn_s = 0.0333, 0.118
+    assert filler_cycle_s(8, 0, env_s, learn_s) == pytest.approx(0.2664)  # one 8-env actor
+    assert filler_cycle_s(8, 2, env_s, learn_s) == pytest.approx(0.1998)  # lead 6 x 33 ms
+    assert filler_cycle_s(8, 3, env_s, learn_s) == pytest.approx(0.2179)  # 118 + 3 x 33 ms
+    assert best_filler(8, env_s, learn_s) == 2
+    # an update as long as sampling everything: a filler would only wait
+    assert best_filler(8, env_s, 8 * env_s) == 0
+    # a fast (GPU) learner: the streams split about evenly
+    assert best_filler(8, env_s, 0.005) == 4
+    assert best_filler(1, env_s, learn_s) == 0
+
+
+def test_auto_is_a_filler_only_where_one_can_work() -> None:
+    auto = {"minutes": 1, "filler_envs": "auto"}
+    assert load_config(None, auto).filler_auto
+    assert load_config(None, auto).actors_fed == 2
+    assert load_config(None, {**auto, "filler_envs": "2"}).fixed_filler_envs == 2
+    assert load_config(None, {"minutes": 1}).filler_auto  # the default
+    for other in ({"mode": "sync"}, {"actors": 1}, {"autoscale": True},
+                  {"learners": 2, "learner_publishes": False}, {"learner_batch_steps": 4096},
+                  {"n_envs": 1}):
+        cfg = load_config(None, {**auto, **other})
+        assert not cfg.filler_auto and cfg.fixed_filler_envs == 0, other
+
+
 def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Path,
                                                                      redis_url: str) -> None:
     """A real (inline) async run with a filler: both kinds of rollout sample, every batch is
@@ -136,7 +178,7 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
         "eval_interval_s": 0, "progress": "none",
         "hyper": {"update_epochs": 4, "num_minibatches": 8}, "backend": "inline",
         "run_dir": str(tmp_path / "filler"), "redis_url": redis_url, "function_timeout_s": 120})
-    assert cfg.lead_envs == 3 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
+    assert cfg.fixed_filler_envs == 1 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
     summary = train(cfg)
     assert summary["env_steps"] >= 6144
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}
@@ -147,6 +189,8 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
 
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"filler_envs": 8}, "must be below n_envs"),
+    ({"filler_envs": -1}, "'auto'"),
+    ({"filler_envs": "most"}, "filler_envs"),
     ({"filler_envs": 2, "mode": "sync"}, "needs mode async"),
     ({"filler_envs": 2, "actors": 1}, "actors >= 2"),
     ({"filler_envs": 2, "learners": 2, "learner_publishes": False}, "one learner"),
@@ -154,3 +198,21 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
 def test_a_filler_that_cannot_work_is_a_one_line_error(overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, {"minutes": 1, **overrides})
+
+
+def test_an_auto_filler_run_trains_and_loses_nothing(tmp_path: Path, redis_url: str) -> None:
+    """A real (inline) async run with ``filler_envs = "auto"``: whatever size it picks between
+    batches, every batch is learned whole."""
+    cfg = load_config(None, {
+        "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "filler_envs": "auto",
+        "rollout_steps": 128, "learner_batch_steps": 512, "total_steps": 8192,
+        "eval_interval_s": 0, "progress": "none",
+        "hyper": {"update_epochs": 4, "num_minibatches": 8}, "backend": "inline",
+        "run_dir": str(tmp_path / "auto"), "redis_url": redis_url, "function_timeout_s": 120})
+    summary = train(cfg)
+    assert summary["env_steps"] >= 8192
+    assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}
+    assert 0 <= summary["filler_envs"] < 4
+    assert summary["filler_rollouts"] == 0 or summary["filler_resizes"] >= 1
+    traj = {int(k): n for k, n in summary["staleness_hist"]["traj"].items()}
+    assert sum(traj.values()) >= summary["env_steps"] // 512 - 1
