@@ -320,6 +320,12 @@ class TrainConfig(BaseModel):
                 and self.n_envs >= 2 and self.learner_batch_steps == self.rollout_env_steps)
 
     @property
+    def has_filler(self) -> bool:
+        """Does an async batch come from a lead and a filler (a number, or ``auto`` where a
+        filler can work)?"""
+        return bool(self.fixed_filler_envs) or self.filler_auto
+
+    @property
     def fixed_filler_envs(self) -> int:
         """The filler's env streams when set by number; 0 for ``auto`` (it starts at 0)."""
         return 0 if self.filler_envs == "auto" else self.filler_envs
@@ -341,7 +347,7 @@ class TrainConfig(BaseModel):
     def actors_fed(self) -> int:
         """Async: the most rollouts in flight at once under :attr:`steps_ahead`: no more
         actors than this are ever busy."""
-        if self.fixed_filler_envs or self.filler_auto:
+        if self.has_filler:
             return 2  # a lead and a filler (one learner)
         return max(1, math.ceil(self.steps_ahead / self.rollout_env_steps))
 
@@ -357,10 +363,11 @@ class TrainConfig(BaseModel):
             f"{asked} actors asked for, but at most {self.actors_fed} will run at once: the "
             f"learners take {self.learners} x {self.learner_batch_steps} env steps at a time "
             f"and each rollout is {self.n_envs} envs x {self.rollout_steps} steps"
-            f"{' (with a filler: two rollouts a batch)' if self.actors_fed == 2 and self.filler_auto else ''}. "
+            f"{' (with a filler: two rollouts a batch)' if self.has_filler else ''}. "
             f"To sample with more actors, make the rollouts smaller (actors x n_envs x "
             f"rollout_steps ~ learners x learner_batch_steps, e.g. --n-envs "
-            f"{max(1, self.steps_ahead // (asked * self.rollout_steps))}) or add learners.")
+            f"{max(1, self.steps_ahead // (asked * self.rollout_steps))}"
+            f"{' --set filler_envs=0' if self.fixed_filler_envs else ''}) or add learners.")
 
     @property
     def publishing_learner(self) -> bool:
