@@ -206,7 +206,7 @@ class AsyncTrainer(Trainer):
         n = self.cfg.n_envs
         best = best_filler(n, env_s, learn_s)
         now_s = filler_cycle_s(n, self.filler_envs, env_s, learn_s)
-        if best != self.filler_envs and filler_cycle_s(n, best, env_s, learn_s) < (1 - min_gain) * now_s:
+        if filler_cycle_s(n, best, env_s, learn_s) < (1 - min_gain) * now_s:
             self.filler_envs = best
             self.counters.filler_resizes += 1
 

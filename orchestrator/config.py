@@ -287,16 +287,23 @@ class TrainConfig(BaseModel):
             return self
         if self.filler_envs < 0:
             raise ValueError(f"filler_envs must be >= 0 or 'auto' (got {self.filler_envs})")
-        if self.mode != "async":
-            raise ValueError("filler_envs packs async rollouts around the learner: it needs "
-                             "mode async (sync rounds already sample on every actor at once)")
+        if (why_not := self._why_no_filler()) is not None:
+            raise ValueError(why_not)
         if self.filler_envs >= self.n_envs:
             raise ValueError(f"filler_envs ({self.filler_envs}) must be below n_envs "
                              f"({self.n_envs}): the lead actor samples the other streams")
-        if self.actors < 2 or self.autoscale or self.learners != 1:
-            raise ValueError("filler_envs needs actors >= 2 (a lead and a filler in flight), "
-                             "one learner (the filler waits for it) and no autoscale")
         return self
+
+    def _why_no_filler(self) -> str | None:
+        """Why this run cannot have a filler actor, or None: one place for the rule that a
+        number breaks with an error and ``auto`` by staying at 0."""
+        if self.mode != "async":
+            return ("filler_envs packs async rollouts around the learner: it needs mode async "
+                    "(sync rounds already sample on every actor at once)")
+        if self.actors < 2 or self.autoscale or self.learners != 1:
+            return ("filler_envs needs actors >= 2 (a lead and a filler in flight), one "
+                    "learner (the filler waits for it) and no autoscale")
+        return None
 
     @model_validator(mode="after")
     def _latency_needs_the_local_runtime(self) -> TrainConfig:
@@ -317,9 +324,9 @@ class TrainConfig(BaseModel):
     def filler_auto(self) -> bool:
         """Does the async loop size the filler itself (``filler_envs = "auto"`` where a filler
         can work: one publishing learner, two actors or more, batches of n_envs streams)?"""
-        return (self.filler_envs == "auto" and self.mode == "async" and self.learners == 1
-                and self.publishing_learner and self.actors >= 2 and not self.autoscale
-                and self.n_envs >= 2 and self.learner_batch_steps == self.rollout_env_steps)
+        return (self.filler_envs == "auto" and self._why_no_filler() is None
+                and self.publishing_learner and self.n_envs >= 2
+                and self.learner_batch_steps == self.rollout_env_steps)
 
     @property
     def has_filler(self) -> bool:

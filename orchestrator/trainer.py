@@ -62,6 +62,8 @@ class Counters:
 class Trainer:
     """Base of :class:`AsyncTrainer` and :class:`SyncTrainer`."""
 
+    filler_envs: int = 0  # streams of a batch the filler actor samples (async: filler_envs)
+
     def __init__(self, cfg: TrainConfig, invoker: Invoker, run_store: RunStore, run_dir: Path,
                  function_redis_url: str | None) -> None:
         self.cfg = cfg
@@ -488,7 +490,7 @@ class Trainer:
             "lookahead_rebases": c.lookahead_rebases,
             "previews": c.previews, "preview_steps": c.preview_steps,
             "filler_rollouts": c.filler_rollouts, "filler_resizes": c.filler_resizes,
-            "filler_envs": getattr(self, "filler_envs", 0),
+            "filler_envs": self.filler_envs,
             "learners_eager": c.learners_eager,
             "learner_warmup": self.warmup_report,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
