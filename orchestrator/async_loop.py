@@ -199,9 +199,15 @@ class AsyncTrainer(Trainer):
         """``filler_envs = "auto"``: the filler whose batches take least time by the measured
         seconds per env stream of a lead rollout and per update (:func:`best_filler`), taken
         only when it saves ``min_gain`` of a batch's time: each new size is a new env shape,
-        whose streams start from a reset."""
+        whose streams start from a reset.
+
+        Sized once, on the one actor's timings: a smaller lead shares its vector env's
+        per-step overhead among fewer streams, so its seconds per stream rise and the linear
+        model then asks for a bigger filler that is measured slower (Hopper, 2 cores: 3
+        streams 7,475 env steps/s against 2's 8,323; session 35's auto runs went to 3 in
+        four of twelve seeds)."""
         env_s, learn_s = self.pacer.env_s, self.pacer.learn_s
-        if env_s is None or learn_s is None:
+        if env_s is None or learn_s is None or self.counters.filler_resizes:
             return
         n = self.cfg.n_envs
         best = best_filler(n, env_s, learn_s)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.async_loop import AsyncTrainer
 from orchestrator.config import ConfigError, load_config
 from orchestrator.pacer import (
     Rollout,
@@ -15,6 +17,7 @@ from orchestrator.pacer import (
     next_rollout,
 )
 from orchestrator.run import train
+from orchestrator.trainer import Counters
 
 
 def test_eager_never_holds() -> None:
@@ -155,6 +158,26 @@ def test_the_best_filler_balances_the_lead_against_the_update_and_the_filler() -
     assert best_filler(1, env_s, learn_s) == 0
 
 
+def test_auto_sizes_the_filler_once_on_the_one_actors_timings() -> None:
+    """A smaller lead's seconds per stream rise (its vector env's per-step overhead is shared
+    by fewer streams): re-sizing on them would grow the filler past its measured best."""
+    pacer = RolloutPacer(just_in_time=False)
+    loop = SimpleNamespace(pacer=pacer, cfg=SimpleNamespace(n_envs=8), filler_envs=0,
+                           counters=Counters())
+    pacer.rollout_done(8 * 0.0333, envs=8)  # Hopper, one 8-env actor: 33 ms a stream
+    pacer.learner_started("l", 0.0)
+    pacer.learner_done("l", 0.1182)
+    AsyncTrainer._resize_filler(loop)
+    assert (loop.filler_envs, loop.counters.filler_resizes) == (2, 1)
+    for _ in range(20):  # the 6-env lead's streams cost more, the updates got quicker
+        pacer.rollout_done(6 * 0.045, envs=6)
+        pacer.learner_started("l", 0.0)
+        pacer.learner_done("l", 0.09)
+    assert best_filler(8, pacer.env_s, pacer.learn_s) == 3  # what re-sizing would pick
+    AsyncTrainer._resize_filler(loop)
+    assert (loop.filler_envs, loop.counters.filler_resizes) == (2, 1)
+
+
 def test_auto_is_a_filler_only_where_one_can_work() -> None:
     auto = {"minutes": 1, "filler_envs": "auto"}
     assert load_config(None, auto).filler_auto
@@ -213,6 +236,7 @@ def test_an_auto_filler_run_trains_and_loses_nothing(tmp_path: Path, redis_url: 
     assert summary["env_steps"] >= 8192
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}
     assert 0 <= summary["filler_envs"] < 4
-    assert summary["filler_rollouts"] == 0 or summary["filler_resizes"] >= 1
+    assert summary["filler_rollouts"] == 0 or summary["filler_resizes"] == 1
+    assert summary["filler_resizes"] <= 1  # sized once
     traj = {int(k): n for k, n in summary["staleness_hist"]["traj"].items()}
     assert sum(traj.values()) >= summary["env_steps"] // 512 - 1
