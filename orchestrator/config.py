@@ -76,7 +76,7 @@ class TrainConfig(BaseModel):
         "the data fresher when learning is slower than sampling."
     )
     filler_envs: int | Literal["auto"] = Field(
-        0, description="Async, functions sharing a host's cores (the local runtime on a "
+        "auto", description="Async, functions sharing a host's cores (the local runtime on a "
         "laptop or a 2-core VM): this many of each batch's n_envs env streams are sampled by a "
         "second, 'filler' actor that starts only while no learner runs, on the core the learner "
         "has just freed; the lead actor samples the other n_envs - filler_envs streams all the "
@@ -91,9 +91,9 @@ class TrainConfig(BaseModel):
         "once, between batches (a smaller lead's timings would ask for a bigger filler "
         "than is measured best); 0 where a filler cannot work (sync, several learners, autoscale, one actor, "
         "a batch that is not n_envs x rollout_steps). A number needs actors >= 2 and "
-        "learners = 1. Off (0) by default: twelve paired seeds with 2 were 1.45x faster to "
-        "Hopper's 2,000 than one actor, but twelve more with auto had four runs of >= 1.9M "
-        "env steps (plateaus), which is not yet explained."
+        "learners = 1. auto by default: on Hopper it picks 2, and over 28 paired seeds a "
+        "filler of 2 reached 2,000 1.7x as fast as one actor (benchmarks/RESULTS.md, "
+        "sessions 35-36)."
     )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "

@@ -183,7 +183,7 @@ def test_auto_is_a_filler_only_where_one_can_work() -> None:
     assert load_config(None, auto).filler_auto
     assert load_config(None, auto).actors_fed == 2
     assert load_config(None, {**auto, "filler_envs": "2"}).fixed_filler_envs == 2
-    assert not load_config(None, {"minutes": 1}).filler_auto  # the default: 0
+    assert load_config(None, {"minutes": 1}).filler_auto  # the default
     for other in ({"mode": "sync"}, {"actors": 1}, {"autoscale": True},
                   {"learners": 2, "learner_publishes": False}, {"learner_batch_steps": 4096},
                   {"n_envs": 1}):
