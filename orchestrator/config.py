@@ -88,12 +88,12 @@ class TrainConfig(BaseModel):
         "n_envs streams of rollout_steps steps. 0: one actor samples every stream. auto: "
         "start with 0 and, once the one actor's rollouts and the updates are timed, use the "
         "filler whose batches take least time (orchestrator/pacer.py: best_filler), chosen "
-        "once, between batches (a smaller lead's timings would ask for a bigger filler "
-        "than is measured best); 0 where a filler cannot work (sync, several learners, autoscale, one actor, "
-        "a batch that is not n_envs x rollout_steps). A number needs actors >= 2 and "
-        "learners = 1. auto by default: on Hopper it picks 2, and over 28 paired seeds a "
-        "filler of 2 reached 2,000 1.7x as fast as one actor (benchmarks/RESULTS.md, "
-        "sessions 35-36)."
+        "once, between batches (a smaller lead's timings would ask for a bigger filler than "
+        "is measured best); 0 where a filler cannot work (sync, several learners, autoscale, "
+        "one actor, a batch that is not n_envs x rollout_steps). A number needs actors >= 2 "
+        "and learners = 1. auto by default: on Hopper it picks 2; over 28 fresh seeds it "
+        "reached 2,000 1.56x as fast as the lean PPO, and a filler of 2 1.7x as fast as one "
+        "actor over 28 paired seeds (benchmarks/RESULTS.md, sessions 35-36)."
     )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
