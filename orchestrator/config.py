@@ -91,9 +91,10 @@ class TrainConfig(BaseModel):
         "once, between batches (a smaller lead's timings would ask for a bigger filler than "
         "is measured best); 0 where a filler cannot work (sync, several learners, autoscale, "
         "one actor, a batch that is not n_envs x rollout_steps). A number needs actors >= 2 "
-        "and learners = 1. auto by default: on Hopper it picks 2; over 28 fresh seeds it "
-        "reached 2,000 1.56x as fast as the lean PPO, and a filler of 2 1.7x as fast as one "
-        "actor over 28 paired seeds (benchmarks/RESULTS.md, sessions 35-36)."
+        "and learners = 1. auto by default: on Hopper it picks 2 (1 or 3 on a few seeds); over "
+        "48 fresh seeds it reached 2,000 1.3x as fast as the lean PPO on the mean (1.65x on "
+        "the median seed), and a filler of 2 1.7x as fast as one actor over 28 paired seeds "
+        "(benchmarks/RESULTS.md, sessions 35-37)."
     )
     learner_batch_steps: int = Field(
         2048, ge=1, description="Env steps per PPO batch: what an async learner invocation "
