@@ -6,7 +6,8 @@ a system fills the ones it has) and ``summary.json`` (``wall_s``, ``env_steps``,
 ``mean_return``, ``cost.total_usd``), so reading and plotting treat them alike.
 
 ``episodic_return`` is always the mean of the last 100 finished training episodes (the
-trainer's definition; RLlib's ``episode_return_mean`` uses the same 100-episode window).
+trainer's definition), computed here from each episode's return for every system — RLlib's
+too (its own ``episode_return_mean`` averages one iteration's episodes: rllib_ppo.py).
 """
 
 from __future__ import annotations

@@ -15,12 +15,19 @@ each (8 envs in all, rollout fragments of 256 steps) and the learner on the driv
 without its dashboard. The budget clock starts at the first ``train()`` call (Ray start-up and
 building the algorithm are reported as ``setup_s``, as Stellaris excludes its runtime start).
 
+The return is the mean of the last 100 training episodes, the same statistic as every other
+system's, computed here from each episode's return. Not RLlib's ``episode_return_mean``: in
+RLlib 2.60 its window is emptied at every ``train()`` (``MeanStats.reduce``), so it averages the
+few episodes that ended in the last iteration (~3 on Hopper) — a far noisier figure that
+reaches a target on a lucky iteration. It is kept as the ``rllib_episode_return_mean`` column.
+
     python benchmarks/rllib_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/rllib
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -35,6 +42,37 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 from benchmarks._common import RunLog  # noqa: E402
 from functions.messages import PPOHyper  # noqa: E402
 from functions.ppo import LR_FLOOR  # noqa: E402
+
+# Every ended episode's return and length, as the env runners computed them (whole episodes,
+# across sample() chunks), listed per train() result under ``env_runners``.
+EPISODE_RETURNS = "stellaris_episode_returns"
+EPISODE_LENGTHS = "stellaris_episode_lengths"
+
+
+def episode_returns_runner() -> type:
+    """RLlib's ``SingleAgentEnvRunner`` that also lists each ended episode's return and length
+    (``reduce="item_series"``: the items themselves, not a mean), so the driver can keep the
+    last-100-episode window every other system reports."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    class EpisodeReturnsRunner(SingleAgentEnvRunner):
+        def _log_episode_metrics(self, length: Any, ret: Any, sec: Any) -> None:
+            super()._log_episode_metrics(length, ret, sec)
+            self.metrics.log_value(EPISODE_RETURNS, float(ret), reduce="item_series")
+            self.metrics.log_value(EPISODE_LENGTHS, int(length), reduce="item_series")
+
+    return EpisodeReturnsRunner
+
+
+def episodes_of(result: dict[str, Any]) -> tuple[list[float], list[int]]:
+    """The returns and lengths of the episodes that ended in this ``train()`` result."""
+    runners = result.get("env_runners") or {}
+    rets, lens = runners.get(EPISODE_RETURNS), runners.get(EPISODE_LENGTHS)
+    if not isinstance(rets, list | tuple):  # no episode ended: RLlib reports nan or nothing
+        return [], []
+    rets_f = [float(r) for r in rets]
+    lens_i = [int(n) for n in lens] if isinstance(lens, list | tuple) else []
+    return rets_f, lens_i if len(lens_i) == len(rets_f) else []
 
 
 def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
@@ -57,6 +95,7 @@ def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
         .env_runners(
             num_env_runners=num_env_runners,
             num_envs_per_env_runner=max(1, n_envs // runners),
+            env_runner_cls=episode_returns_runner(),
             rollout_fragment_length=rollout_steps,
             env_to_module_connector=lambda env, spaces=None, device=None: MeanStdFilter(
                 clip_by_value=10.0),
@@ -135,40 +174,43 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                   "anneal_lr_steps": anneal_lr_steps, "stop_at_return": stop_at_return}
         log = RunLog(out_dir, config, log_interval_s=0.0, stop_at_return=stop_at_return)
         budget_s = minutes * 60 if minutes is not None else float("inf")
-        last: float | None = None
-        while log.running(budget_s, total_steps):
-            res = algo.train()
-            steps = _get(res, "env_runners/num_env_steps_sampled_lifetime",
-                         "num_env_steps_sampled_lifetime")
-            if steps is not None:
-                log.env_steps = int(steps)
-            ret = _get(res, "env_runners/episode_return_mean")
-            if ret is not None and not (isinstance(ret, float) and math.isnan(ret)):
-                last = float(ret)
-            n_eps = _get(res, "env_runners/num_episodes_lifetime")
-            if n_eps is not None:
-                log.episodes = int(n_eps)
-            log.version += 1
-            ln = _get(res, "env_runners/episode_len_mean")
-            stats = {}
-            for ours, theirs in (("losses/policy_loss", "policy_loss"),
-                                 ("losses/value_loss", "vf_loss"), ("losses/entropy", "entropy"),
-                                 ("losses/approx_kl", "mean_kl_loss"),
-                                 ("losses/explained_variance", "vf_explained_var")):
-                v = _get(res, f"learners/default_policy/{theirs}")
-                if isinstance(v, int | float):
-                    stats[ours] = float(v)
-            if ln is not None:
-                stats["episodic_length"] = float(ln)
-            lr = _get(res, "learners/default_policy/default_optimizer_learning_rate")
-            if isinstance(lr, int | float):
-                stats["charts/learning_rate"] = float(lr)
-            log.row(stats, force=True, episodic_return=last)
+        # RLlib's own per-iteration figure beside ours, to show what it would have said
+        with open(Path(out_dir) / "rllib_returns.csv", "w", newline="") as own:
+            own_csv = csv.writer(own)
+            own_csv.writerow(["wall_s", "env_steps", "episodes_this_iter",
+                              "rllib_num_episodes_lifetime", "rllib_episode_return_mean",
+                              "episodic_return"])
+            while log.running(budget_s, total_steps):
+                res = algo.train()
+                steps = _get(res, "env_runners/num_env_steps_sampled_lifetime",
+                             "num_env_steps_sampled_lifetime")
+                if steps is not None:
+                    log.env_steps = int(steps)
+                rets, lens = episodes_of(res)
+                log.episodes_done(rets, lens)
+                log.version += 1
+                stats = {}
+                for ours, theirs in (("losses/policy_loss", "policy_loss"),
+                                     ("losses/value_loss", "vf_loss"), ("losses/entropy", "entropy"),
+                                     ("losses/approx_kl", "mean_kl_loss"),
+                                     ("losses/explained_variance", "vf_explained_var")):
+                    v = _get(res, f"learners/default_policy/{theirs}")
+                    if isinstance(v, int | float):
+                        stats[ours] = float(v)
+                lr = _get(res, "learners/default_policy/default_optimizer_learning_rate")
+                if isinstance(lr, int | float):
+                    stats["charts/learning_rate"] = float(lr)
+                row = log.row(stats, force=True) or {}
+                mean = _get(res, "env_runners/episode_return_mean")  # see the module docstring
+                lifetime = _get(res, "env_runners/num_episodes_lifetime")
+                own_csv.writerow([f"{row.get('wall_s', 0.0):.3f}", log.env_steps, len(rets),
+                                  "" if lifetime is None else int(lifetime),
+                                  "" if not isinstance(mean, int | float) or math.isnan(mean)
+                                  else f"{mean:.2f}",
+                                  "" if row.get("episodic_return") is None
+                                  else f"{row['episodic_return']:.2f}"])
+                own.flush()
         algo.stop()
-        # The window mean RLlib reports is the return the summary carries.
-        log.returns.clear()
-        if last is not None:
-            log.returns.append(last)
         return log.close({"mode": "rllib", "backend": "ray", "env": env_id, "setup_s": setup_s})
     finally:
         ray.shutdown()
@@ -213,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a PPOHyper field, e.g. --hyper ent_coef=0.005 (repeatable); those RLlib "
                    "has no counterpart for (the IS correction, value clipping) are refused")
     p.add_argument("--stop-at-return", type=float,
-                   help="also stop once RLlib's episode_return_mean (last 100 episodes) reaches this")
+                   help="also stop once the mean return of the last 100 episodes reaches this")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
