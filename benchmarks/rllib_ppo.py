@@ -19,7 +19,8 @@ The return is the mean of the last 100 training episodes, the same statistic as 
 system's, computed here from each episode's return. Not RLlib's ``episode_return_mean``: in
 RLlib 2.60 its window is emptied at every ``train()`` (``MeanStats.reduce``), so it averages the
 few episodes that ended in the last iteration (~3 on Hopper) — a far noisier figure that
-reaches a target on a lucky iteration. It is kept as the ``rllib_episode_return_mean`` column.
+reaches a target on a lucky iteration. It is kept beside ours, per iteration, in the run
+folder's ``rllib_returns.csv`` (column ``rllib_episode_return_mean``).
 
     python benchmarks/rllib_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/rllib
 """
