@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from benchmarks._common import RunLog  # noqa: E402
+from benchmarks._common import RunLog, _fmt  # noqa: E402
 from functions.messages import PPOHyper  # noqa: E402
 from functions.ppo import LR_FLOOR  # noqa: E402
 
@@ -203,13 +203,12 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                     stats["charts/learning_rate"] = float(lr)
                 row = log.row(stats, force=True) or {}
                 mean = _get(res, "env_runners/episode_return_mean")  # see the module docstring
+                if isinstance(mean, float) and math.isnan(mean):  # no episode ended
+                    mean = None
                 lifetime = _get(res, "env_runners/num_episodes_lifetime")
-                own_csv.writerow([f"{row.get('wall_s', 0.0):.3f}", log.env_steps, len(rets),
-                                  "" if lifetime is None else int(lifetime),
-                                  "" if not isinstance(mean, int | float) or math.isnan(mean)
-                                  else f"{mean:.2f}",
-                                  "" if row.get("episodic_return") is None
-                                  else f"{row['episodic_return']:.2f}"])
+                own_csv.writerow([_fmt(v) for v in (
+                    row.get("wall_s"), log.env_steps, len(rets),
+                    None if lifetime is None else int(lifetime), mean, row.get("episodic_return"))])
                 own.flush()
         algo.stop()
         return log.close({"mode": "rllib", "backend": "ray", "env": env_id, "setup_s": setup_s})
