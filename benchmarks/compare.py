@@ -1026,9 +1026,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="learning rate decayed linearly over the budget (CleanRL's anneal_lr); "
                    "RLlib's schedules count env steps, so it anneals over --rllib-sps x the "
                    "budget. Runs go to <out>-anneal")
-    p.add_argument("--rllib-sps", type=float, default=1705.0,
+    p.add_argument("--rllib-sps", type=float, default=1270.0,
                    help="with --anneal-lr: RLlib's env steps/s, which turns the budget into "
-                   "its schedule's steps (default: measured here, 3 ten-minute seeds)")
+                   "its schedule's steps (default: measured here, session 38's 3 ten-minute "
+                   "seeds; session 9's 1,705 had become 1.3x too many steps)")
     p.add_argument("--stop-at-return", type=float, metavar="RETURN",
                    help="stop each run once its logged mean return reaches this (e.g. 2000): "
                    "the time and $ to it are measured at a fraction of the budget's machine "
