@@ -42,11 +42,12 @@ from functions.envs import WarmEnv  # noqa: E402
 from functions.fused import FusedStep  # noqa: E402
 from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
-from functions.policy import flatten_parameters, init_policy  # noqa: E402
+from functions.policy import flatten_parameters, init_policy, load_policy_tensors  # noqa: E402
 from functions.ppo import annealed_lr  # noqa: E402
 from functions.warm import CachedPolicy  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
 from runtime.spawner import DEFAULT_PRELOAD  # noqa: E402
+from store import decode  # noqa: E402
 
 
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
@@ -55,7 +56,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
           adam_beta1: float = 0.9, compile: bool = True,
           extrapolate: float = 0.0, publish_epoch: int | None = None,
-          stop_at_return: float | None = None) -> dict[str, Any]:
+          stop_at_return: float | None = None,
+          init_from: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
@@ -94,8 +96,14 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     model, _ = init_policy(env_id, spec, seed)
     adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS, betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)
+    obs_rms, ret_rms = RunningMeanStd((model.obs_dim,)), RunningMeanStd(())
+    if init_from is not None:
+        tensors, _ = decode(Path(init_from).read_bytes())
+        obs_rms, ret_rms = load_policy_tensors(model, tensors)
+        if not adam.load_state_arrays(tensors, prefix="optim."):
+            raise ValueError(f"{init_from} holds no Adam moments for this policy")
     # the actor's own policy type, so the rollout is the actor's code path exactly
-    pol = CachedPolicy(0, model, RunningMeanStd((model.obs_dim,)), RunningMeanStd(()), {})
+    pol = CachedPolicy(0, model, obs_rms, ret_rms, {})
     gen = torch.Generator()
     gen.manual_seed(seed)
     setup_s = time.perf_counter() - t_setup
@@ -104,7 +112,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
               "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1, "extrapolate": extrapolate,
               "publish_epoch": publish_epoch,
-              "compile": compile, "backend": "single-process", "stop_at_return": stop_at_return}
+              "compile": compile, "backend": "single-process", "stop_at_return": stop_at_return,
+              "init_from": None if init_from is None else str(init_from)}
     log = RunLog(out_dir, config, log_interval_s, stop_at_return=stop_at_return)
     budget_s = minutes * 60 if minutes is not None else float("inf")
     t_sample = t_learn = 0.0
@@ -235,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="eager minibatch loss (default: torch.compile, as Stellaris' learners)")
     p.add_argument("--stop-at-return", type=float,
                    help="also stop once a logged mean return (last 100 episodes) reaches this")
+    p.add_argument("--init-from", help="start from this Stellaris checkpoint file")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
@@ -243,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
               _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
               compile=not a.no_compile, extrapolate=a.extrapolate,
-              publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return)
+              publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return,
+              init_from=a.init_from)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0

@@ -52,6 +52,8 @@ def _train_parser(sub: Any) -> None:
     p.add_argument("--run-dir")
     p.add_argument("--run-id")
     p.add_argument("--restart", action="store_true", default=None, help="ignore an existing checkpoint")
+    p.add_argument("--init-from", help="warm start from this checkpoint file (weights, "
+                   "normalisers, Adam moments; counters at zero)")
     p.add_argument("--autoscale", action="store_true", default=None)
     p.add_argument("--max-actors", type=int)
     p.add_argument("--budget-usd", type=float)

@@ -56,6 +56,13 @@ class TrainConfig(BaseModel):
     run_id: str | None = Field(None, description="Run id (default: derived from env, mode, time).")
     run_dir: str | None = Field(None, description="Run folder (default: runs/<run_id>).")
     restart: bool = Field(False, description="Start over even if the run folder has a checkpoint.")
+    init_from: str | None = Field(
+        None, description="Warm start: a new run begins from this checkpoint file (a "
+        "`.safetensors` from any run's checkpoints/ folder) — its weights, observation and "
+        "return statistics and Adam moments — with its own counters (version, env steps, wall "
+        "clock, $) at zero. A run folder holding a checkpoint of its own resumes from that "
+        "instead (unless --restart)."
+    )
 
     # -- rollouts and PPO ---------------------------------------------------------------
     n_envs: int = Field(8, ge=1, description="Vector envs per actor invocation.")
@@ -266,6 +273,12 @@ class TrainConfig(BaseModel):
         PriceTable.from_overrides(self.prices)  # unknown names: a one-line error
         if any(v < 0 for v in self.prices.values()):
             raise ValueError("prices cannot be negative")
+        return self
+
+    @model_validator(mode="after")
+    def _init_from_exists(self) -> TrainConfig:
+        if self.init_from is not None and not Path(self.init_from).is_file():
+            raise ValueError(f"init_from: no checkpoint file at {self.init_from}")
         return self
 
     @model_validator(mode="after")

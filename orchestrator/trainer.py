@@ -442,7 +442,11 @@ class Trainer:
         self.sample_footprint()
         found = None if self.cfg.restart else self.checkpointer.latest()
         if found is None:
+            if self.cfg.init_from is not None:
+                self._warm_start(Path(self.cfg.init_from))
             self.master.publish(self.rs, allow_rewind=True)
+            if self.cfg.init_from is not None and self.learners_publish:
+                self._save_optimizer_state()
             return False
         tensors, meta = found
         if meta.get("config_hash") not in (None, self.cfg.digest()):
@@ -462,6 +466,17 @@ class Trainer:
         if self.learners_publish:
             self._save_optimizer_state()
         return True
+
+    def _warm_start(self, path: Path) -> None:
+        """Install another run's checkpoint as version 0 of this one (``init_from``).
+
+        Only the learning state travels: weights, normalisers and Adam moments. The counters
+        start at zero so this run's clock, env steps and $ measure this run alone."""
+        tensors, meta = self.checkpointer.load(path)
+        source_env = meta.get("env_id")
+        if source_env not in (None, self.cfg.env):
+            raise ValueError(f"init_from {path} is a checkpoint of {source_env}, not {self.cfg.env}")
+        self.master.load_state(tensors, 0)
 
     def log_applied(self, dedupe_ids: list[str], version: int) -> None:
         # Flushed by flush_applied_log() before the gradients are acknowledged: one write
