@@ -112,7 +112,7 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
             cmd += ["--set", "hyper.anneal_lr=true"]
         for kv in shared_hyper(args):
             cmd += ["--set", f"hyper.{kv}"]
-        cmd += stop_flag(args)
+        cmd += stop_flag(args) + init_flag(args)
         if system == "sync":
             # the lean PPO's batch exactly (8 envs x 256 steps), its sampling on both cores;
             # 2 actors x 8 envs x 128 steps bootstrapped GAE twice as often and learned less
@@ -150,7 +150,12 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         cmd += ["--anneal-lr-steps", str(int(minutes * 60 * args.rllib_sps))]
     for kv in shared_hyper(args):  # lean_ppo.py and rllib_ppo.py both take PPOHyper fields
         cmd += ["--hyper", kv]
-    return cmd + stop_flag(args)
+    return cmd + stop_flag(args) + init_flag(args)
+
+
+def init_flag(args: argparse.Namespace) -> list[str]:
+    init_from = getattr(args, "init_from", None)
+    return ["--init-from", str(Path(init_from).resolve())] if init_from else []
 
 
 def shared_hyper(args: argparse.Namespace) -> list[str]:
@@ -1035,6 +1040,10 @@ def main(argv: list[str] | None = None) -> int:
                    "the time and $ to it are measured at a fraction of the budget's machine "
                    "time, the returns at a budget only over the runs still going. Runs go to "
                    "<out>-stopRETURN")
+    p.add_argument("--init-from", metavar="CKPT",
+                   help="every run (Stellaris, sync PPO, lean PPO) starts from this "
+                   "checkpoint file, e.g. a plateaued run's last state, its counters at zero "
+                   "(not RLlib: its state is not ours)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "compare"))
     p.add_argument("--pool", nargs="+", default=[], metavar="OUT",
                    help="also report the runs under these --out folders (same envs and "
@@ -1067,6 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.stop_at_return is not None:  # shortened runs: not to be pooled with whole ones
         out = out.with_name(out.name + f"-stop{a.stop_at_return:g}")
     tag = variant_tag(a)
+    if a.init_from and "rllib" in a.systems:
+        p.error("--init-from: RLlib cannot start from a Stellaris checkpoint")
     per_system = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.system_minutes)}
     unknown = set(per_system) - set(SYSTEMS)
     if unknown:
