@@ -125,9 +125,11 @@ def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
     """Rows of a run's metrics.csv that have a return: wall_s, env_steps, cost_usd (and the
     same at dedicated vCPUs: cost_usd where a run predates that column), return, the
     orchestrator's and Redis's CPU seconds so far (0 where a run predates that column or has
-    none), and the policy's entropy at the last update (NaN before the first one)."""
+    none), the mean episode length (0 where none is logged) and the policy's entropy at the
+    last update (NaN before the first one)."""
     cols: dict[str, list[float]] = {"wall_s": [], "env_steps": [], "cost_usd": [],
                                     "cost_usd_dedicated_vcpu": [], "episodic_return": [],
+                                    "episodic_length": [],
                                     "orchestrator_cpu_s": [], "redis_cpu_s": [], "entropy": []}
     path = Path(run_dir) / "metrics.csv"
     if not path.exists():

@@ -412,6 +412,19 @@ def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
     return entropy[i]
 
 
+def reward_per_step_at(curve: dict[str, list[float]], target: float) -> float | None:
+    """Reward per env step (mean return / mean episode length, the same last 100 episodes) at
+    the first row reaching ``target``. In a locomotion task it is the gait's speed plus the
+    alive bonus: the same return from shorter, faster episodes is a gait that falls. Async's
+    runs that plateaued had the fastest gaits of all 88 runs when they first reached 1,000
+    (benchmarks/RESULTS.md, session 42). None: not reached, or no episode length logged."""
+    i = first_reaching(curve, target)
+    lengths = curve.get("episodic_length") or []
+    if i is None or i >= len(lengths) or not lengths[i] > 0:
+        return None
+    return curve["episodic_return"][i] / lengths[i]
+
+
 def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
                        resamples: int = 10_000, seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap interval of ``mean(num) / mean(den)``, resampling each system's
@@ -486,7 +499,9 @@ def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
                           "usd_redis_node": [h[1] for h in redis_node if h],
                           "steps": [n for n in steps if n is not None],
                           "entropy": [h for h in (entropy_at(x["curve"], tgt) for x in runs)
-                                      if h is not None]}
+                                      if h is not None],
+                          "per_step": [r for r in (reward_per_step_at(x["curve"], tgt)
+                                                   for x in runs) if r is not None]}
     return out
 
 
@@ -958,6 +973,13 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     lines.append("")
     lines += _md_table(["system"] + [f"entropy at {t:g}" for t in targets],
                        [[LABELS.get(v, v)] + [_ms(st[v]["to"][t]["entropy"], "{:.2f}")
+                                              for t in targets] for v in order])
+    lines.append("Reward per env step (mean return / mean episode length) when each return was "
+                 "first reached: in locomotion, how fast the gait is — the same return from "
+                 "shorter, faster episodes is a gait that falls:")
+    lines.append("")
+    lines += _md_table(["system"] + [f"reward/step at {t:g}" for t in targets],
+                       [[LABELS.get(v, v)] + [_ms(st[v]["to"][t]["per_step"], "{:.2f}")
                                               for t in targets] for v in order])
     # The Stellaris defaults (or the defaults on another backend) against each baseline; then
     # Stellaris's sync mode against the two baselines outside Stellaris.

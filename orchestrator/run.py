@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from functions.envs import UnknownEnv, UnsupportedSpace, space_info
+from functions.policy import init_policy, load_policy_tensors
 from orchestrator.config import ConfigError, TrainConfig
 from orchestrator.invokers.base import Invoker
-from store import RunStore, Store, StoreUnavailable, validate_run_id
+from store import CorruptBlob, RunStore, Store, StoreUnavailable, decode, validate_run_id
 
 
 class PreflightError(RuntimeError):
@@ -38,6 +39,22 @@ def preflight_env(cfg: TrainConfig) -> None:
         space_info(cfg.env)
     except (UnknownEnv, UnsupportedSpace) as exc:
         raise PreflightError(str(exc)) from None
+
+
+def preflight_init(cfg: TrainConfig) -> None:
+    """A warm start's file is checked before anything is spent: a checkpoint, of this env, with
+    this policy's parameter shapes."""
+    if cfg.init_from is None:
+        return
+    try:
+        tensors, meta = decode(Path(cfg.init_from).read_bytes())
+        source_env = meta.get("env_id")
+        if source_env not in (None, cfg.env):
+            raise ValueError(f"it is a checkpoint of {source_env}, not {cfg.env}")
+        model, _ = init_policy(cfg.env, cfg.policy, cfg.seed)
+        load_policy_tensors(model, tensors)
+    except (CorruptBlob, ValueError, OSError) as exc:
+        raise PreflightError(f"init_from {cfg.init_from}: {exc}") from None
 
 
 def open_store(cfg: TrainConfig) -> Store:
@@ -85,6 +102,7 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run one training job end to end; returns the summary (also saved in the run folder)."""
     preflight_env(cfg)
+    preflight_init(cfg)
     if (idle := cfg.idle_actors_warning()) is not None:
         print(f"warning: {idle}", file=sys.stderr)
     run_id, run_dir = resolve_run(cfg)

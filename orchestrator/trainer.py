@@ -472,10 +472,8 @@ class Trainer:
 
         Only the learning state travels: weights, normalisers and Adam moments. The counters
         start at zero so this run's clock, env steps and $ measure this run alone."""
-        tensors, meta = self.checkpointer.load(path)
-        source_env = meta.get("env_id")
-        if source_env not in (None, self.cfg.env):
-            raise ValueError(f"init_from {path} is a checkpoint of {source_env}, not {self.cfg.env}")
+        # run.preflight_init() has checked the file (env, shapes) before anything was spent
+        tensors, _ = self.checkpointer.load(path)
         self.master.load_state(tensors, 0)
 
     def log_applied(self, dedupe_ids: list[str], version: int) -> None:

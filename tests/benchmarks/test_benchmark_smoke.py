@@ -55,6 +55,7 @@ def test_compare_runs_two_systems_and_rewrites_only_its_section(tmp_path: Path) 
     assert "| lean PPO |" in text
     assert "speedup vs lean PPO:" in text
     assert "| system | entropy at" in text
+    assert "| system | reward/step at" in text
 
 
 def test_entropy_at_a_target_is_the_policys_when_the_return_first_reached_it() -> None:
@@ -65,6 +66,17 @@ def test_entropy_at_a_target_is_the_policys_when_the_return_first_reached_it() -
     assert compare.entropy_at(curve, 40) is None  # reached before the first update: no entropy
     assert compare.entropy_at(curve, 200) is None  # never reached
     assert compare.entropy_at({**curve, "entropy": []}, 100) is None  # a run without the column
+
+
+def test_reward_per_step_at_a_target_is_return_over_episode_length_when_first_reached() -> None:
+    curve = {"wall_s": [10.0, 20.0, 30.0], "env_steps": [1e3, 2e3, 3e3],
+             "cost_usd": [0.1, 0.2, 0.3], "episodic_return": [50.0, 120.0, 150.0],
+             "episodic_length": [25.0, 40.0, 60.0]}
+    assert compare.reward_per_step_at(curve, 100) == 3.0  # 120 / 40, the first row past 100
+    assert compare.reward_per_step_at(curve, 200) is None  # never reached
+    assert compare.reward_per_step_at({**curve, "episodic_length": [0.0] * 3}, 100) is None
+    assert compare.reward_per_step_at({k: v for k, v in curve.items()
+                                       if k != "episodic_length"}, 100) is None
 
 
 def test_hand_written_notes_survive_regeneration(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (["--redis-url", "redis://127.0.0.1:1/0"], "unavailable"),
         (["--backend", "lambda", "--endpoint-url", "http://127.0.0.1:1"], "lambda backend unusable"),
         (["--set", "hyper.clip_coef=-1"], "clip_coef"),
+        (["--init-from", "/no/such/ckpt.safetensors"], "init_from"),
     ],
 )
 def test_cli_errors_exit_nonzero_with_one_line(args: list[str], message: str, tmp_path: Path,

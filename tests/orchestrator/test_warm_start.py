@@ -13,7 +13,7 @@ from benchmarks.lean_ppo import train as lean_train
 from functions.messages import PPOHyper
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import ConfigError, load_config
-from orchestrator.run import train
+from orchestrator.run import PreflightError, train
 from store import CorruptBlob
 
 TINY = {
@@ -62,8 +62,21 @@ def test_a_warm_start_refuses_a_missing_file_or_another_env(tmp_path: Path,
     source = _source(tmp_path, redis_url)
     cfg = load_config(None, {**TINY, "env": "Acrobot-v1", "run_dir": str(tmp_path / "other"),
                              "redis_url": redis_url, "init_from": str(source)})
-    with pytest.raises(ValueError, match="is a checkpoint of CartPole-v1, not Acrobot-v1"):
+    with pytest.raises(PreflightError, match="is a checkpoint of CartPole-v1, not Acrobot-v1"):
         train(cfg)
+    # another architecture, or a file that is no checkpoint: one error naming the file
+    cfg = load_config(None, {**TINY, "run_dir": str(tmp_path / "narrow"), "redis_url": redis_url,
+                             "init_from": str(source), "policy": {"hidden_sizes": [32]}})
+    with pytest.raises(PreflightError, match=r"init_from .*has shape"):
+        train(cfg)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a checkpoint")
+    cfg = load_config(None, {**TINY, "run_dir": str(tmp_path / "junk"), "redis_url": redis_url,
+                             "init_from": str(junk)})
+    with pytest.raises(PreflightError, match="init_from .*junk.safetensors"):
+        train(cfg)
+    # each refused before anything was spent: no run folder written
+    assert not any((tmp_path / d).exists() for d in ("other", "narrow", "junk"))
 
 
 def test_the_lean_ppo_starts_from_a_stellaris_checkpoint(tmp_path: Path, redis_url: str) -> None:
