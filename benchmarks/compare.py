@@ -415,9 +415,10 @@ def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
 def reward_per_step_at(curve: dict[str, list[float]], target: float) -> float | None:
     """Reward per env step (mean return / mean episode length, the same last 100 episodes) at
     the first row reaching ``target``. In a locomotion task it is the gait's speed plus the
-    alive bonus: the same return from shorter, faster episodes is a gait that falls. Async's
-    runs that plateaued had the fastest gaits of all 88 runs when they first reached 1,000
-    (benchmarks/RESULTS.md, session 42). None: not reached, or no episode length logged."""
+    alive bonus: the same return from shorter, faster episodes is a gait that falls. On a
+    plateau it climbs while the return stalls or sinks (benchmarks/RESULTS.md, session 42:
+    session 41's two plateaued runs had the fastest gaits of 88 at 1,000, session 42's were
+    average there — a symptom, not a forecast). None: not reached, or no length logged."""
     i = first_reaching(curve, target)
     lengths = curve.get("episodic_length") or []
     if i is None or i >= len(lengths) or not lengths[i] > 0:
