@@ -117,7 +117,7 @@ def test_lost_trajectories_are_dropped_not_retried(tmp_path: Path, redis_url: st
     run_id = f"lost-{mode}-{tmp_path.name}"
     cfg = load_config(None, {**SMALL, "mode": mode, "backend": "inline", "run_id": run_id,
                              "run_dir": str(tmp_path / "run"), "redis_url": redis_url,
-                             "total_steps": 8192})
+                             "total_steps": 24576})
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(train(cfg)))
     t.start()
@@ -139,7 +139,9 @@ def test_lost_trajectories_are_dropped_not_retried(tmp_path: Path, redis_url: st
     assert result["learner_batches_lost"] >= 1, result["last_errors"]
     assert result["learner_gave_up"] == 0 and result["retries"]["learner"] == 0
     assert any("MissingTrajectory" in e for e in result["last_errors"])
-    assert result["env_steps"] >= 8192 and result["version"] >= 1
+    # the budget outlasts the window: a sync round whose learner finds nothing ends at once, so
+    # 8,192 steps could all be sampled (and lost) inside four seconds on a fast machine
+    assert result["env_steps"] >= 24576 and result["version"] >= 1
 
 
 def test_sync_mode_survives_killed_functions(tmp_path: Path, redis_url: str) -> None:
