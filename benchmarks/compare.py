@@ -405,11 +405,17 @@ def entropy_at(curve: dict[str, list[float]], target: float) -> float | None:
     how narrow a system's policy had become for the same progress. Stale data narrows it
     faster per unit of return (benchmarks/RESULTS.md, session 32), a suspect in async's
     plateaus though not the whole story. None: not reached, or a run that logs no entropy."""
+    return _at_first(curve, target, "entropy")
+
+
+def _at_first(curve: dict[str, list[float]], target: float, column: str) -> float | None:
+    """``column``'s value at the first row reaching ``target``; None where the return never
+    got there or the run logs no value then (a missing column, NaN)."""
     i = first_reaching(curve, target)
-    entropy = curve.get("entropy") or []
-    if i is None or i >= len(entropy) or math.isnan(entropy[i]):
+    values = curve.get(column) or []
+    if i is None or i >= len(values) or math.isnan(values[i]):
         return None
-    return entropy[i]
+    return values[i]
 
 
 def reward_per_step_at(curve: dict[str, list[float]], target: float) -> float | None:
@@ -419,11 +425,9 @@ def reward_per_step_at(curve: dict[str, list[float]], target: float) -> float | 
     plateau it climbs while the return stalls or sinks (benchmarks/RESULTS.md, session 42:
     session 41's two plateaued runs had the fastest gaits of 88 at 1,000, session 42's were
     average there — a symptom, not a forecast). None: not reached, or no length logged."""
-    i = first_reaching(curve, target)
-    lengths = curve.get("episodic_length") or []
-    if i is None or i >= len(lengths) or not lengths[i] > 0:
-        return None
-    return curve["episodic_return"][i] / lengths[i]
+    ret = _at_first(curve, target, "episodic_return")
+    length = _at_first(curve, target, "episodic_length")
+    return ret / length if ret is not None and length else None  # length 0: none logged
 
 
 def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
@@ -448,6 +452,16 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table's lines, then a blank one."""
     return ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),
             *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def _at_target_table(caption: str, name: str, key: str, st: dict[str, Any], order: list[str],
+                     targets: list[float]) -> list[str]:
+    """A caption and a table of one per-target statistic (``st[v]["to"][t][key]``, mean ± sd
+    over the runs) for each system."""
+    return [caption, ""] + _md_table(
+        ["system"] + [f"{name} at {t:g}" for t in targets],
+        [[LABELS.get(v, v)] + [_ms(st[v]["to"][t][key], "{:.2f}") for t in targets]
+         for v in order])
 
 
 def _ms(xs: list[float], fmt: str = "{:.0f}") -> str:
@@ -968,20 +982,14 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     lines += _md_table(["system"] + [f"k steps to {t:g}" for t in targets],
                        [[LABELS.get(v, v)] + [steps_cell(st[v]["to"][t]) for t in targets]
                         for v in order])
-    lines.append("Policy entropy (nats, `losses/entropy`) when each return was first reached: "
-                 "how narrow each system's policy had become for the same progress (RLlib's "
-                 "is its learner's own figure, not on the same footing):")
-    lines.append("")
-    lines += _md_table(["system"] + [f"entropy at {t:g}" for t in targets],
-                       [[LABELS.get(v, v)] + [_ms(st[v]["to"][t]["entropy"], "{:.2f}")
-                                              for t in targets] for v in order])
-    lines.append("Reward per env step (mean return / mean episode length) when each return was "
-                 "first reached: in locomotion, how fast the gait is — the same return from "
-                 "shorter, faster episodes is a gait that falls:")
-    lines.append("")
-    lines += _md_table(["system"] + [f"reward/step at {t:g}" for t in targets],
-                       [[LABELS.get(v, v)] + [_ms(st[v]["to"][t]["per_step"], "{:.2f}")
-                                              for t in targets] for v in order])
+    lines += _at_target_table(
+        "Policy entropy (nats, `losses/entropy`) when each return was first reached: how narrow "
+        "each system's policy had become for the same progress (RLlib's is its learner's own "
+        "figure, not on the same footing):", "entropy", "entropy", st, order, targets)
+    lines += _at_target_table(
+        "Reward per env step (mean return / mean episode length) when each return was first "
+        "reached: in locomotion, how fast the gait is — the same return from shorter, faster "
+        "episodes is a gait that falls:", "reward/step", "per_step", st, order, targets)
     # The Stellaris defaults (or the defaults on another backend) against each baseline; then
     # Stellaris's sync mode against the two baselines outside Stellaris.
     base = next((v for v in order if v == "stellaris" or re.fullmatch(

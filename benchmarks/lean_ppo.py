@@ -46,6 +46,7 @@ from functions.policy import flatten_parameters, init_policy, load_policy_tensor
 from functions.ppo import annealed_lr  # noqa: E402
 from functions.warm import CachedPolicy  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
+from orchestrator.master import OPTIMIZER_PREFIX  # noqa: E402
 from runtime.spawner import DEFAULT_PRELOAD  # noqa: E402
 from store import decode  # noqa: E402
 
@@ -100,7 +101,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     if init_from is not None:
         tensors, _ = decode(Path(init_from).read_bytes())
         obs_rms, ret_rms = load_policy_tensors(model, tensors)
-        if not adam.load_state_arrays(tensors, prefix="optim."):
+        if not adam.load_state_arrays(tensors, prefix=OPTIMIZER_PREFIX):
             raise ValueError(f"{init_from} holds no Adam moments for this policy")
     # the actor's own policy type, so the rollout is the actor's code path exactly
     pol = CachedPolicy(0, model, obs_rms, ret_rms, {})

@@ -26,7 +26,7 @@ from functions.policy import (
 )
 from store import RunStore
 
-_OPT_PREFIX = "optim."
+OPTIMIZER_PREFIX = "optim."  # the checkpoint keys of the Adam moments
 
 
 class MasterPolicy:
@@ -125,12 +125,12 @@ class MasterPolicy:
     # -- checkpoints ----------------------------------------------------------------------------
     def state_tensors(self) -> dict[str, np.ndarray]:
         out = {k: np.array(v) for k, v in self.tensors().items()}
-        out.update({f"{_OPT_PREFIX}{k}": v for k, v in self.optimizer_state().items()})
+        out.update({f"{OPTIMIZER_PREFIX}{k}": v for k, v in self.optimizer_state().items()})
         return out
 
     def load_state(self, tensors: Mapping[str, np.ndarray], version: int) -> None:
         self.obs_rms, self.ret_rms = load_policy_tensors(self.model, tensors)
-        self._load_optimizer_state(tensors, prefix=_OPT_PREFIX)
+        self._load_optimizer_state(tensors, prefix=OPTIMIZER_PREFIX)
         self.version = int(version)
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
