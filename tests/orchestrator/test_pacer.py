@@ -199,8 +199,9 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
         "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "filler_envs": 1,
         "rollout_steps": 128, "learner_batch_steps": 512, "total_steps": 6144,
         "eval_interval_s": 0, "progress": "none",
-        "hyper": {"update_epochs": 4, "num_minibatches": 8}, "backend": "inline",
-        "run_dir": str(tmp_path / "filler"), "redis_url": redis_url, "function_timeout_s": 120})
+        # no KL early stop: every update runs its 4 epochs, so the count below is exact
+        "hyper": {"update_epochs": 4, "num_minibatches": 8, "target_kl": None},
+        "backend": "inline", "run_dir": str(tmp_path / "filler"), "redis_url": redis_url, "function_timeout_s": 120})
     assert cfg.fixed_filler_envs == 1 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
     summary = train(cfg)
     assert summary["env_steps"] >= 6144

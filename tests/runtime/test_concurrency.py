@@ -20,8 +20,10 @@ TRACKED = {"app.py": (
     "    if event.get('fail'):\n"
     "        open(os.path.join(out, 'attempt-' + uuid.uuid4().hex), 'w').close()\n"
     "        raise RuntimeError('always fails')\n"
-    "    with open(os.path.join(out, f\"{event.get('i', 0)}-{uuid.uuid4().hex}.json\"), 'w') as f:\n"
+    "    path = os.path.join(out, f\"{event.get('i', 0)}-{uuid.uuid4().hex}.json\")\n"
+    "    with open(path + '.tmp', 'w') as f:\n"  # renamed once whole: a reader never sees it half
     "        json.dump({'start': t0, 'end': time.time(), 'i': event.get('i')}, f)\n"
+    "    os.replace(path + '.tmp', path)\n"
     "    return event.get('i')\n")}
 
 
