@@ -258,7 +258,8 @@ def test_gradient_round_trip_equals_a_local_ppo_gradient(run_store, redis_url):
            for k in ("obs", "actions", "logprobs", "values", "next_values", "rewards",
                      "terminated", "truncated")}
     adv, ret = ppo.compute_gae(cat["rewards"], cat["values"], cat["next_values"],
-                               cat["terminated"], cat["truncated"], 0.99, 0.95)
+                               cat["terminated"], cat["truncated"], PPOHyper().gamma,
+                               PPOHyper().gae_lambda)
     obs, act = cat["obs"].reshape(-1, 3), cat["actions"].reshape(-1, 1)
     newlogp, ent = model.log_prob_entropy(obs, act)
     loss, _ = ppo.ppo_loss(newlogp, ent, model.get_value(obs), cat["logprobs"].reshape(-1),

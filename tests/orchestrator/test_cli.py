@@ -18,7 +18,7 @@ def test_config_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("STELLARIS_ACTORS", "5")
     cfg = load_config(toml, {"learners": 2})
     assert (cfg.env, cfg.actors, cfg.learners, cfg.minutes) == ("CartPole-v1", 5, 2, 1.0)
-    assert cfg.hyper.learning_rate == 0.001 and cfg.hyper.gamma == 0.99
+    assert cfg.hyper.learning_rate == 0.001 and cfg.hyper.gamma == 0.995
     cfg2 = load_config(toml, {"actors": 7, "hyper": {"clip_coef": 0.1}})
     assert cfg2.actors == 7 and cfg2.hyper.clip_coef == 0.1 and cfg2.hyper.learning_rate == 0.001
 
