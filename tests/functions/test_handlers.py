@@ -257,14 +257,15 @@ def test_gradient_round_trip_equals_a_local_ppo_gradient(run_store, redis_url):
     cat = {k: torch.from_numpy(np.concatenate([getattr(t, k) for t in trajs], axis=1))
            for k in ("obs", "actions", "logprobs", "values", "next_values", "rewards",
                      "terminated", "truncated")}
+    defaults = PPOHyper()  # what the learner runs with beyond the event's overrides
     adv, ret = ppo.compute_gae(cat["rewards"], cat["values"], cat["next_values"],
-                               cat["terminated"], cat["truncated"], PPOHyper().gamma,
-                               PPOHyper().gae_lambda)
+                               cat["terminated"], cat["truncated"], defaults.gamma,
+                               defaults.gae_lambda)
     obs, act = cat["obs"].reshape(-1, 3), cat["actions"].reshape(-1, 1)
     newlogp, ent = model.log_prob_entropy(obs, act)
     loss, _ = ppo.ppo_loss(newlogp, ent, model.get_value(obs), cat["logprobs"].reshape(-1),
                            adv.reshape(-1), ret.reshape(-1), cat["values"].reshape(-1),
-                           ent_coef=PPOHyper().ent_coef)  # the learner's default hyper
+                           ent_coef=defaults.ent_coef)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
     assert set(g.grads) == {n for n, _ in model.named_parameters()}

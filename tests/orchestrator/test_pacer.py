@@ -201,7 +201,8 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
         "eval_interval_s": 0, "progress": "none",
         # no KL early stop: every update runs its 4 epochs, so the count below is exact
         "hyper": {"update_epochs": 4, "num_minibatches": 8, "target_kl": None},
-        "backend": "inline", "run_dir": str(tmp_path / "filler"), "redis_url": redis_url, "function_timeout_s": 120})
+        "backend": "inline", "run_dir": str(tmp_path / "filler"), "redis_url": redis_url,
+        "function_timeout_s": 120})
     assert cfg.fixed_filler_envs == 1 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
     summary = train(cfg)
     assert summary["env_steps"] >= 6144
