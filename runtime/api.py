@@ -33,7 +33,7 @@ from runtime.errors import (
     UnknownOperationException,
     ValidationException,
 )
-from runtime.invoke import CPU_WAIT_HEADER, log_tail, run_once
+from runtime.invoke import CPU_WAIT_HEADER, log_tail
 from runtime.sigv4 import SigV4Middleware
 
 MAX_SYNC_REQUEST = 6_291_456  # 6 MB, RequestResponse
@@ -306,7 +306,7 @@ def create_app(settings: Settings) -> FastAPI:
             rt.billing.throttle(entry.config.name, entry.config.memory_mb)
             raise TooManyRequestsException("Rate Exceeded.", Reason=exc.reason) from None
         try:
-            outcome = await run_once(rt, entry, payload, request_id, client_context)
+            outcome = await rt.invoker.run_once(entry, payload, request_id, client_context)
         finally:
             rt.concurrency.release(entry.config.name)
         if latency_s:
@@ -355,7 +355,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/stellaris/v1/functions/{name}/logs")
     async def recent_logs(name: str) -> Response:
         rt.registry.check_name(name)
-        return ok({"FunctionName": name, "Logs": list(rt.recent_logs.get(name, []))})
+        return ok({"FunctionName": name, "Logs": list(rt.invoker.recent_logs.get(name, []))})
 
     @app.get("/stellaris/v1/functions/{name}/code.zip")
     async def code_zip(name: str) -> Response:

@@ -88,7 +88,7 @@ class Billing:
     def record(self, name: str, memory_mb: int, duration_ms: float, init_ms: float | None,
                error: bool, timeout: bool, cpu_wait_ms: float | None = None) -> int:
         """Meter one invocation; returns its billed duration in ms. ``cpu_wait_ms`` is already
-        within [0, duration_ms] (``run_once`` bounds what the worker reports)."""
+        within [0, duration_ms] (``Invoker.run_once`` bounds what the worker reports)."""
         cold = init_ms is not None
         billed = billed_ms(duration_ms, init_ms or 0.0)
         gbs = memory_mb / 1024 * billed / 1000

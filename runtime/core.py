@@ -6,14 +6,14 @@ import asyncio
 import logging
 import shutil
 import tempfile
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.billing import Billing
 from runtime.concurrency import Concurrency
 from runtime.events import EventQueue
-from runtime.functions import FunctionConfig, Registry
+from runtime.functions import Registry
+from runtime.invoke import Invoker
 from runtime.latency import InvokeLatency
 from runtime.pool import EnvironmentPool
 from runtime.spawner import DEFAULT_PRELOAD, SpawnLauncher, ZygoteLauncher
@@ -62,17 +62,11 @@ class Runtime:
             self.zygote = ZygoteLauncher(list(settings.preload), self.state_dir / "zygote.log")
         self.pool = EnvironmentPool(self.state_dir, f"{self._sock_dir}/w.sock", settings.region,
                                     self.zygote or self.spawn, self.spawn)
-        self.events = EventQueue(self, settings.event_retry_delays)
+        self.invoker = Invoker(self.pool, self.registry, self.billing)
+        self.events = EventQueue(self.registry, self.concurrency, self.invoker,
+                                 settings.event_retry_delays)
         self.latency = settings.invoke_latency
-        self.recent_logs: dict[str, deque[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
-
-    def current_config(self, name: str) -> FunctionConfig | None:
-        entry = self.registry.entries.get(name)
-        return entry.config if entry else None
-
-    def log_invocation(self, name: str, text: str, seconds: float) -> None:
-        self.recent_logs.setdefault(name, deque(maxlen=50)).append(text)
 
     async def start(self) -> None:
         await self.pool.start()

@@ -13,13 +13,11 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runtime.concurrency import Throttled
-from runtime.invoke import run_once
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
+from runtime.concurrency import Concurrency, Throttled
+from runtime.functions import FunctionEntry, Registry
+from runtime.invoke import Invoker
 
 log = logging.getLogger("runtime.events")
 MAX_FAILURES_KEPT = 1000
@@ -35,8 +33,11 @@ class Event:
 
 
 class EventQueue:
-    def __init__(self, rt: Runtime, retry_delays: tuple[float, ...]) -> None:
-        self.rt = rt
+    def __init__(self, registry: Registry, concurrency: Concurrency, invoker: Invoker,
+                 retry_delays: tuple[float, ...]) -> None:
+        self.registry = registry
+        self.concurrency = concurrency
+        self.invoker = invoker
         self.retry_delays = retry_delays
         self.queues: dict[str, asyncio.Queue[Event]] = {}
         self.dispatchers: dict[str, asyncio.Task[None]] = {}
@@ -63,7 +64,7 @@ class EventQueue:
         while True:
             event = await q.get()
             self.stats[function]["queued"] -= 1
-            entry = self.rt.registry.entries.get(function)
+            entry = self.registry.entries.get(function)
             if entry is None:
                 self._fail(event, "FunctionNotFound", None)
                 continue
@@ -71,7 +72,7 @@ class EventQueue:
                 self._fail(event, "EventAgeExceeded", None)
                 continue
             try:
-                await self.rt.concurrency.acquire(entry)
+                await self.concurrency.acquire(entry)
             except Throttled as exc:
                 self._fail(event, exc.reason, None)
                 continue
@@ -80,21 +81,22 @@ class EventQueue:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, entry: Any, event: Event) -> None:
+    async def _run(self, entry: FunctionEntry, event: Event) -> None:
         name = entry.config.name
         event.attempts += 1
         try:
-            outcome = await run_once(self.rt, entry, event.payload, event.request_id)
+            outcome = await self.invoker.run_once(entry, event.payload, event.request_id)
         except Exception:  # an unexpected server error must not lose the event
             log.exception("event %s failed inside the runtime", event.request_id)
             outcome = None
         finally:
-            self.rt.concurrency.release(name)
+            self.concurrency.release(name)
             self.stats[name]["running"] -= 1
         if outcome is not None and not outcome.function_error:
             self.stats[name]["succeeded"] += 1
             return
-        error = {"errorType": outcome.error_type, "body": outcome.body.decode(errors="replace")} if outcome else None
+        error = ({"errorType": outcome.error_type, "body": outcome.body.decode(errors="replace")}
+                 if outcome else None)
         retries_allowed = min(entry.max_retry_attempts, len(self.retry_delays))
         if event.attempts <= retries_allowed:
             delay = self.retry_delays[event.attempts - 1]
