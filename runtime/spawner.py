@@ -18,9 +18,11 @@ ZYGOTE = _HERE / "zygote.py"
 
 # What the zygote imports before it forks: the libraries the functions import, so a cold start
 # forks them in milliseconds instead of importing them (like a Lambda layer in a SnapStart
-# snapshot). torch's compiler stack is one of them: a compiled learner's first step spent
-# ~2 s of its ~4 s importing dynamo and inductor (1.6 s to compile with them loaded, the disk
-# cache warm; benchmarks/RESULTS.md, session 34). Importing them starts no thread or process.
+# snapshot). torch's compiler stack is one of them: a compiled learner imports dynamo and
+# inductor on its first step, which alone took 3.3-4.0 s after torch, gymnasium and numpy
+# (`python -c "import time, torch, gymnasium, numpy; t = time.perf_counter();
+# import torch._inductor.compile_fx; print(time.perf_counter() - t)"`, 2026-12-06, commit
+# 680523f, two shared cores). Importing them starts no thread or process.
 # Caveat, as for any snapshot: modules that read the environment at import (torch's
 # ``TORCHINDUCTOR_*`` settings among them) read the runtime's, not a function's own.
 DEFAULT_PRELOAD: tuple[str, ...] = ("torch", "torch._inductor.compile_fx", "gymnasium", "numpy")

@@ -34,7 +34,8 @@ def preload(modules: list[str]) -> tuple[list[str], dict[str, str]]:
             failed[name] = f"{type(exc).__name__}: {exc}"
             continue
         if name == "torch":
-            # Every environment shares the machine's cores (DESIGN.md performance notes).
+            # One thread each: many environments share the machine's few cores, and torch's
+            # default of a thread per core would have them all contend for every core.
             mod.set_num_threads(1)
         loaded.append(name)
     return loaded, failed
