@@ -22,41 +22,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from deploy.aws import error_code, error_message, make_clients
+from deploy.aws_plan import AwsSettings, parse_image_uri, plan_aws
+from deploy.destroy import plan_destroy
+from deploy.errors import DeployError, EndpointUnreachable, MissingImage
+from deploy.execute import execute
+from deploy.function_plan import plan_local
 from deploy.functions import HANDLERS, LOCAL_ROLE, function_specs
-from deploy.plan import (
-    AwsSettings,
-    DeployError,
-    EndpointUnreachable,
-    MissingImage,
-    Plan,
-    execute,
-    parse_image_uri,
-    plan_aws,
-    plan_destroy,
-    plan_local,
-)
+from deploy.package import build_function_zip
+from deploy.plan import Plan
+from deploy.services import cmd_redis, cmd_up
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9000"
-
-
-# -- boto3 clients ----------------------------------------------------------------------------
-def make_clients(target: str, region: str | None, endpoint_url: str | None) -> dict[str, Any]:
-    import boto3
-    from botocore.config import Config
-
-    cfg = Config(connect_timeout=3, read_timeout=120,
-                 retries={"total_max_attempts": 3, "mode": "standard"})
-    if target == "local":
-        session = boto3.session.Session()
-        kw: dict[str, Any] = {}
-        if session.get_credentials() is None:  # the local runtime accepts any credentials
-            kw = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
-        return {"lambda": boto3.client("lambda", endpoint_url=endpoint_url,
-                                       region_name=region or "us-east-1", config=cfg, **kw)}
-    session = boto3.session.Session(region_name=region) if region else boto3.session.Session()
-    if session.region_name is None:
-        raise DeployError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
-    return {svc: session.client(svc, config=cfg) for svc in ("iam", "ecr", "lambda")}
 
 
 def _region_of(clients: dict[str, Any]) -> str | None:
@@ -185,8 +162,6 @@ def cmd_deploy(argv: list[str]) -> int:
     endpoint = _endpoint(args)
     clients = make_clients(args.target, args.region, endpoint)
     if args.target == "local":
-        from deploy.package import build_function_zip
-
         try:
             plan = plan_local(clients["lambda"], specs, build_function_zip(), LOCAL_ROLE, endpoint)
         except EndpointUnreachable:
@@ -240,19 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         if command == "destroy":
             return cmd_destroy(rest)
         if command == "up":
-            from deploy.services import cmd_up
-
             return cmd_up(rest)
         if command == "redis":
-            from deploy.services import cmd_redis
-
             return cmd_redis(rest)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except ClientError as exc:  # an AWS error the planner did not expect: still one line
-        err = exc.response.get("Error", {})
-        print(f"error: {exc.operation_name}: {err.get('Code', '')}: {err.get('Message', exc)}",
+        print(f"error: {exc.operation_name}: {error_code(exc)}: {error_message(exc)}",
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:

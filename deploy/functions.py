@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy.plan import DeployError, Plan, ZipCode, execute, plan_function
+from deploy.errors import DeployError
+from deploy.execute import execute
+from deploy.function_plan import ZipCode, plan_function
+from deploy.plan import Plan
 
 HANDLERS = {
     "actor": "functions.actor.handler",

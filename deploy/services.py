@@ -16,7 +16,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from deploy.plan import DeployError
+from deploy.aws import make_clients
+from deploy.errors import DeployError
+from deploy.functions import LOCAL_ROLE, deploy_zip, function_specs
+from deploy.package import build_function_zip
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -120,9 +123,6 @@ def up_parser() -> argparse.ArgumentParser:
 
 def cmd_up(argv: list[str]) -> int:
     args = up_parser().parse_args(argv)
-    from deploy.cli import make_clients
-    from deploy.functions import LOCAL_ROLE, deploy_zip, function_specs
-    from deploy.package import build_function_zip
     from runtime.launcher import LocalRuntime, free_port
     from store import EmbeddedRedis
 

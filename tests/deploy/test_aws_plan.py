@@ -14,17 +14,12 @@ import pytest
 from botocore.stub import Stubber
 
 from deploy import cli as deploy_cli
+from deploy.aws import MANAGED_TAG
+from deploy.aws_plan import AwsSettings, parse_image_uri, plan_aws
+from deploy.destroy import plan_destroy
+from deploy.errors import DeployError, PermissionDenied
+from deploy.execute import execute
 from deploy.functions import function_specs
-from deploy.plan import (
-    MANAGED_TAG,
-    AwsSettings,
-    DeployError,
-    PermissionDenied,
-    execute,
-    parse_image_uri,
-    plan_aws,
-    plan_destroy,
-)
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's account

@@ -1,0 +1,152 @@
+"""The AWS target's plan: the Lambda execution role, the ECR repository and its image, then
+each function as an image function."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from deploy.aws import MANAGED_TAG_ENTRY, call, error_code
+from deploy.errors import DeployError
+from deploy.function_plan import ImageCode, plan_function
+from deploy.plan import Plan, Step
+
+LAMBDA_TRUST_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [{
+        "Effect": "Allow",
+        "Principal": {"Service": "lambda.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+    }],
+}
+BASIC_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+VPC_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
+_ECR_URI = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
+    r"(?P<repo>[a-z0-9][a-z0-9._/-]*?)"
+    r"(?::(?P<tag>[A-Za-z0-9_.-]+)|@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+def parse_image_uri(uri: str) -> dict[str, str | None]:
+    """``<acct>.dkr.ecr.<region>.amazonaws.com/<repo>[:tag|@digest]`` -> its parts."""
+    m = _ECR_URI.match(uri)
+    if not m:
+        raise DeployError(
+            f"--image-uri {uri!r} is not an ECR image URI "
+            "(<account>.dkr.ecr.<region>.amazonaws.com/"
+            "<repository>:<tag>): Lambda runs images from ECR only"
+        )
+    parts = m.groupdict()
+    if not parts["tag"] and not parts["digest"]:
+        parts["tag"] = "latest"
+    return parts
+
+
+@dataclass
+class AwsSettings:
+    image_uri: str
+    specs: list[Any]
+    role_arn: str | None = None  # None: deploy ensures a role named role_name
+    role_name: str = "stellaris-lambda"
+    vpc: dict[str, list[str]] | None = None
+    architecture: str | None = None  # x86_64 | arm64 (default: Lambda's, x86_64)
+    repository_only: bool = False
+
+
+def _role_name(arn: str) -> str:
+    if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+", arn):
+        raise DeployError(
+            f"--role {arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+    return arn.rsplit("/", 1)[1]
+
+
+def plan_aws(clients: dict[str, Any], s: AwsSettings, region: str | None) -> Plan:
+    """IAM role, ECR repository (and image check), then each function."""
+    iam, ecr, lam = clients["iam"], clients["ecr"], clients["lambda"]
+    plan = Plan("aws", "deploy", region=region)
+    img = parse_image_uri(s.image_uri)
+    if region and img["region"] != region:
+        plan.problems.append(f"image is in region {img['region']} but functions deploy to "
+                             f"{region}: "
+                             "Lambda pulls images from its own region")
+
+    # -- IAM role
+    role_arn = s.role_arn
+    if not s.repository_only:
+        if s.role_arn:
+            name = _role_name(s.role_arn)
+            try:
+                call(iam, "get_role", RoleName=name)
+                plan.steps.append(Step("iam-role", "noop", name, "exists (--role)"))
+            except ClientError as exc:
+                if error_code(exc) != "NoSuchEntity":
+                    raise
+                raise DeployError(f"IAM role {s.role_arn} does not exist: create it or omit --role "
+                                  "to let deploy create one") from None
+        else:
+            name = s.role_name
+            try:
+                role_arn = call(iam, "get_role", RoleName=name)["Role"]["Arn"]
+                plan.steps.append(Step("iam-role", "noop", name, "exists"))
+            except ClientError as exc:
+                if error_code(exc) != "NoSuchEntity":
+                    raise
+                policies = [BASIC_EXECUTION] + ([VPC_EXECUTION] if s.vpc else [])
+                plan.steps.append(Step(
+                    "iam-role", "create", name, "Lambda execution role",
+                    {"RoleName": name, "AssumeRolePolicyDocument": json.dumps(LAMBDA_TRUST_POLICY),
+                     "Description": "Stellaris functions (created by stellaris deploy)",
+                     "Tags": [dict(MANAGED_TAG_ENTRY)],
+                     "AttachPolicies": policies},
+                ))
+                role_arn = f"arn:aws:iam::{img['account']}:role/{name}"
+
+    # -- ECR repository and the image
+    repo = str(img["repo"])
+    digest: str | None = None
+    try:
+        call(ecr, "describe_repositories", repositoryNames=[repo])
+        plan.steps.append(Step("ecr-repository", "noop", repo, "exists"))
+        image_id = {"imageTag": img["tag"]} if img["tag"] else {"imageDigest": img["digest"]}
+        try:
+            found = call(ecr, "describe_images", repositoryName=repo, imageIds=[image_id])
+            details = found.get("imageDetails") or []
+            digest = details[0].get("imageDigest") if details else None
+            if not details and not s.repository_only:
+                plan.problems.append(_missing_image(s.image_uri, repo))
+        except ClientError as exc:
+            if error_code(exc) != "ImageNotFoundException":
+                raise
+            if not s.repository_only:
+                plan.problems.append(_missing_image(s.image_uri, repo))
+    except ClientError as exc:
+        if error_code(exc) != "RepositoryNotFoundException":
+            raise
+        plan.steps.append(Step("ecr-repository", "create", repo, "for the function image",
+                               {"repositoryName": repo,
+                                "imageScanningConfiguration": {"scanOnPush": True},
+                                "tags": [dict(MANAGED_TAG_ENTRY)]}))
+        if not s.repository_only:
+            plan.problems.append(_missing_image(s.image_uri, repo))
+    if s.repository_only:
+        return plan
+
+    # -- functions
+    code = ImageCode(s.image_uri, digest)
+    for spec in s.specs:
+        steps, problems = plan_function(lam, spec, code, str(role_arn), managed_tags=True,
+                                        vpc=s.vpc, architecture=s.architecture)
+        plan.steps += steps
+        plan.problems += problems
+    return plan
+
+
+def _missing_image(uri: str, repo: str) -> str:
+    return (f"image {uri} not found in ECR repository {repo}: build and push it first "
+            f"(docker build -f deploy/Dockerfile.function -t {uri} . && docker push {uri}); "
+            "`stellaris deploy --repository-only` creates the repository")
