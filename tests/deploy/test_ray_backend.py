@@ -55,7 +55,7 @@ def test_ray_cluster_by_address_sync(redis_url: str, tmp_path: Path, monkeypatch
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # Token auth is Ray's default for new clusters; this throwaway loopback cluster opts out
-    # (docs/DEPLOY.md shows how to pass the token to a real one).
+    # (docs/deploy.md, "Ray cluster", shows how to pass the token to a real one).
     env = process_env({"RAY_AUTH_MODE": "disabled"})
     temp = tempfile.mkdtemp(prefix="stray-", dir="/tmp")  # Ray's socket paths must stay short
     head = start([RAY_CLI, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
