@@ -21,6 +21,7 @@ previews, the publish and the optimizer-state save), ``total_s``.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import zlib
@@ -245,24 +246,56 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _other_policies(
-    rs: RunStore, versions: list[int], exclude: int, device: torch.device
-) -> tuple[list[ActorCritic], list[int], list[int]]:
-    """Modules of the versions other learners hold; evicted ones are skipped and reported."""
-    models, used, missing = [], [], []
-    for v in sorted(set(int(x) for x in versions)):
-        if v == exclude:
-            continue  # r_self already covers the version this learner holds
-        try:
-            snap = rs.params.get(v)
-        except VersionNotFound:
-            missing.append(v)
-            continue
-        m = build_policy(snap.meta)
-        load_policy_tensors(m, snap.tensors)
-        models.append(m.to(device).eval())
-        used.append(v)
-    return models, used, missing
+class OtherPolicies:
+    """The policies of the versions other learners hold, for IS truncation's minimum.
+
+    Modules are kept by version while they are held and loaded when a new one appears; a
+    version the store no longer has is counted in ``missing``, never skipped silently.
+    """
+
+    def __init__(self, rs: RunStore, device: torch.device, live: bool = False) -> None:
+        self.rs, self.device, self.live = rs, device, live
+        self.models: dict[int, ActorCritic] = {}
+        self.used: set[int] = set()
+        self.missing: set[int] = set()
+        self.asked: set[int] = set()  # the versions of the last update, found or not
+
+    def update(self, versions: list[int] | set[int], exclude: int | None) -> list[ActorCritic]:
+        """The modules of ``versions`` (but ``exclude``: ``r_self`` covers the version this
+        learner holds), loading the ones not cached."""
+        self.asked = {int(v) for v in versions}
+        want = sorted(self.asked - ({exclude} if exclude is not None else set()))
+        for v in [v for v in self.models if v not in want]:
+            del self.models[v]
+        out = []
+        for v in want:
+            if v not in self.models:
+                try:
+                    snap = self.rs.params.get(v)
+                except VersionNotFound:
+                    # gone because its learner moved on since we read the holds: not held,
+                    # not missing; gone while still held: missing, and counted
+                    if not self.live or v in self.rs.params.held().values():
+                        self.missing.add(v)
+                    continue
+                m = build_policy(snap.meta)
+                load_policy_tensors(m, snap.tensors)
+                self.models[v] = m.to(self.device).eval()
+            self.used.add(v)
+            out.append(self.models[v])
+        return out
+
+
+@torch.no_grad()
+def min_logratio_others(others: list[ActorCritic], batch: Flat) -> torch.Tensor:
+    """``[B, 1]``: ``min_i log(pi_i / mu)`` over ``others`` (+inf with none, which the
+    truncation's minimum ignores). One column whatever their number, so a compiled loss keeps
+    one graph while learners come and go."""
+    out = torch.full((len(batch), 1), math.inf, device=batch.obs.device)
+    for m in others:
+        lr = m.log_prob_entropy(batch.obs, batch.actions)[0] - batch.logprobs
+        out = torch.minimum(out, lr.unsqueeze(-1))
+    return out
 
 
 def _minibatches(n: int, hyper: PPOHyper, gen: torch.Generator) -> list[torch.Tensor]:
@@ -293,9 +326,13 @@ class _GradientWriter:
     MAX_PENDING = 4
 
     def __init__(self, rs: RunStore, known_version: int, max_pending: int = MAX_PENDING,
-                 lineage: str | None = None, per_message: int = 1) -> None:
+                 lineage: str | None = None, per_message: int = 1,
+                 holder: str | None = None, lease_s: float | None = None) -> None:
         self.rs = rs
         self.lineage = lineage  # look-ahead: poll what the master applied, not its weights
+        # among several learners: renew our hold and read the others' with each write
+        self.holder, self.lease_s = holder, lease_s
+        self._others: dict[str, int] | None = None
         self.per_message = max(1, per_message)
         self.max_pending = max_pending
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="stellaris-grad-writer")
@@ -318,7 +355,15 @@ class _GradientWriter:
             with self._lock:
                 self._applied = applied
             return entry, len(grads)
-        entry, snap = self.rs.append_and_poll(self.rs.grads, meta, blob, dedupe_id, self._known)
+        if self.holder is not None and self.lease_s is not None:
+            entry, snap, others = self.rs.append_poll_and_hold(
+                self.rs.grads, meta, blob, dedupe_id, self._known, self.holder,
+                grads[-1].version_used, self.lease_s)
+            with self._lock:
+                self._others = others
+        else:
+            entry, snap = self.rs.append_and_poll(self.rs.grads, meta, blob, dedupe_id,
+                                                  self._known)
         if snap is not None:
             with self._lock:
                 self._known = snap.version
@@ -330,6 +375,12 @@ class _GradientWriter:
         with self._lock:
             snap, self._newest = self._newest, None
             return snap
+
+    def take_others(self) -> dict[str, int] | None:
+        """The versions the other learners held at the newest write since the last call."""
+        with self._lock:
+            others, self._others = self._others, None
+            return others
 
     def take_applied(self) -> Applied | None:
         """What the master had applied at the newest poll since the last call (look-ahead)."""
@@ -432,8 +483,14 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     else:
         pol, _ = POLICIES.get(rs, "latest", device)
     groups = _group(trajs, device)
-    others, others_used, others_missing = _other_policies(
-        rs, ev.versions_in_flight, pol.version, device)
+    live = ev.hold_lease_s is not None and ev.mode == "gradient"
+    pool = OtherPolicies(rs, device, live=live)
+    if live:
+        # the others hold their versions now; ours is held (pinned) from here on
+        held = rs.params.hold(ev.invocation_id, pol.version, ev.hold_lease_s)
+        others = pool.update(set(held.values()), exclude=None)
+    else:
+        others = pool.update(ev.versions_in_flight, exclude=pol.version)
     t_fetch = time.perf_counter()
     gen = torch.Generator()
     gen.manual_seed((ev.seed * 1_000_003 + zlib.crc32(ev.invocation_id.encode())) % (2**63))
@@ -444,7 +501,7 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
             f"version is already {pol.version} (a retried sync round?)")
     try:
         if ev.mode == "gradient":
-            result = _gradient_mode(ev, rs, pol, groups, others, device, gen, la)
+            result = _gradient_mode(ev, rs, pol, groups, others, device, gen, la, pool)
         else:
             result = _update_mode(ev, rs, pol, groups, others, gen)
     except BaseException:
@@ -463,8 +520,8 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
         "invocation_id": ev.invocation_id,
         "n_samples": sum(tr.steps * tr.n_envs for tr in trajs),
         "behaviour_versions": sorted({int(v) for tr in trajs for v in tr.versions}),
-        "is_versions": others_used,
-        "is_versions_missing": others_missing,
+        "is_versions": sorted(pool.used),
+        "is_versions_missing": sorted(pool.missing),
         "device": str(device),
     })
     return result
@@ -576,17 +633,24 @@ def _explained_variance(b: Flat) -> float:
 
 def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: list[Rollouts],
                    others: list[ActorCritic], device: torch.device,
-                   gen: torch.Generator, la: Lookahead | None = None) -> dict[str, Any]:
+                   gen: torch.Generator, la: Lookahead | None = None,
+                   pool: OtherPolicies | None = None) -> dict[str, Any]:
     hyper = ev.hyper
     model = pol.model
-    batch = build_batch(model, groups, hyper, others)
+    live = ev.hold_lease_s is not None and pool is not None  # the others' versions, now
+    batch = build_batch(model, groups, hyper, [] if live else others)
+    if live:
+        batch.logratio_others = min_logratio_others(others, batch)
+        others_held = set(pool.asked)
+    others_seen = minibatches_done = 0
     ev_explained = _explained_variance(batch)
     stats = _Stats()
     versions_used: list[int] = []
     params = list(model.parameters())
     layout = param_layout(model)
     writer = _GradientWriter(rs, pol.version, lineage=la.lineage if la else None,
-                             per_message=ev.gradients_per_message)
+                             per_message=ev.gradients_per_message,
+                             holder=ev.invocation_id if live else None, lease_s=ev.hold_lease_s)
     rebases_at_start = la.rebases if la else 0
     loss_fn = MinibatchLoss(hyper, ev.compile)
     # Graphed only with look-ahead: without it a newer version may rebuild the module
@@ -604,7 +668,9 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
             if epoch and hyper.is_correction == "vtrace":
                 # V-trace targets depend on the current critic: once per epoch, not per
                 # refresh (a whole-batch rebuild per minibatch made it 3x slower).
-                batch = build_batch(model, groups, hyper, others)
+                batch = build_batch(model, groups, hyper, [] if live else others)
+                if live:
+                    batch.logratio_others = min_logratio_others(others, batch)
             minibatches = _minibatches(len(batch), hyper, gen)
             on_device = _on_device(minibatches, device) if graphed is not None else minibatches
             for mb, (idx, idx_dev) in enumerate(zip(minibatches, on_device, strict=True)):
@@ -622,6 +688,14 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
                             params = list(model.parameters())
                             layout = param_layout(model)
                     version_used = pol.version
+                if live:
+                    held = writer.take_others()  # no round trip: read with the last write
+                    if held is not None and set(held.values()) != others_held:
+                        others_held = set(held.values())
+                        others = pool.update(others_held, exclude=None)
+                        batch.logratio_others = min_logratio_others(others, batch)
+                    others_seen += len(others)
+                    minibatches_done += 1
                 if not versions_used or versions_used[-1] != version_used:
                     versions_used.append(version_used)
                 if graphed is not None:
@@ -657,6 +731,9 @@ def _gradient_mode(ev: LearnerEvent, rs: RunStore, pol: CachedPolicy, groups: li
     out["compiled"] = loss_fn.compiled
     out["cuda_graph_replays"] = graphed.replays if graphed is not None else 0
     out["losses/update_epochs"] = epochs
+    if live:
+        # how many other learners' policies the truncation saw, per gradient on the mean
+        out["is_others_mean"] = others_seen / max(minibatches_done, 1)
     out.update({"gradients": writer.written, "duplicates": writer.duplicates,
                 "versions_used": sorted(set(versions_used)),
                 "_write_s": time.perf_counter() - tw})

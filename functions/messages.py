@@ -158,6 +158,11 @@ class LearnerEvent(_Event):
     mode: Literal["gradient", "update"] = "gradient"
     trajectory_ids: list[str] = Field(min_length=1)
     versions_in_flight: list[int] = Field(default_factory=list)
+    # Gradient mode among several learners: hold the version this learner computes with for
+    # this many seconds (renewed with every gradient it sends, released by the orchestrator)
+    # and take IS truncation over the versions the *other* learners hold now, read with each
+    # gradient; None: over ``versions_in_flight`` as given.
+    hold_lease_s: float | None = Field(None, gt=0, le=3600)
     hyper: PPOHyper = Field(default_factory=PPOHyper)
     target_version: int | None = Field(None, ge=1)
     obs_stats: dict[str, Any] | None = None

@@ -8,7 +8,9 @@ takes one weighted mean gradient out per aggregation (one optimizer step).
 * fire when the buffer's mean staleness ``<= beta_k``, or ``H == H_max``, or the oldest buffered
   gradient waited ``timeout_s`` (never block forever);
 * ``beta_k = max(1, delta_max * d^k)`` with ``delta_max`` the largest buffer-mean staleness seen
-  during a fully asynchronous warm-up (every gradient applied as it comes);
+  during a fully asynchronous warm-up (every gradient applied as it comes), and ``k`` counting
+  training rounds — one per ``learner_batch_steps`` env steps the learners consumed — not
+  aggregations (hundreds per round): the paper's bound decays once per train batch;
 * optional hard drop of ``delta > delta_drop`` — counted, never silent;
 * every gradient is applied at most once (dedupe by invocation id, epoch and minibatch).
 """
@@ -30,7 +32,7 @@ class AggregationRule:
     h_max: int = 1
     bound_decay: bool = True
     decay: float = 0.9
-    warmup_aggregations: int = 20
+    warmup_rounds: int = 1
     timeout_s: float = 2.0
     drop_staleness: int | None = None
 
@@ -84,19 +86,38 @@ class StalenessAggregator:
     delta_max: float = 0.0
     duplicates: int = 0
     dropped: int = 0
+    rounds: int = 0
+    # (round, env steps consumed, beta) at the end of each round: the bound's trajectory
+    bound_trajectory: list[tuple[int, int, float | None]] = field(default_factory=list)
+    steps_consumed: int = 0  # env steps of the batches learners finished
 
     # -- the bound --------------------------------------------------------------------------
     @property
     def in_warmup(self) -> bool:
-        return self.aggregations < self.rule.warmup_aggregations
+        return self.rounds < self.rule.warmup_rounds
 
     def beta(self) -> float:
         """The current staleness bound ``beta_k`` (``inf`` during warm-up: fire on arrival)."""
         if self.in_warmup:
             return math.inf
-        k = self.aggregations - self.rule.warmup_aggregations
+        k = self.rounds - self.rule.warmup_rounds
         decay = self.rule.decay**k if self.rule.bound_decay else 1.0
         return max(1.0, self.delta_max * decay)
+
+    def consumed(self, env_steps: int, batch_steps: int) -> int:
+        """A learner finished a batch of ``env_steps``: rounds advance by whole
+        ``batch_steps`` consumed (a retried batch is counted once, when it succeeds).
+        Returns the number of rounds completed by it."""
+        if batch_steps < 1:
+            raise ValueError("batch_steps must be >= 1")
+        self.steps_consumed += int(env_steps)
+        done = self.steps_consumed // batch_steps - self.rounds
+        for _ in range(done):
+            self.rounds += 1
+            beta = self.beta()
+            self.bound_trajectory.append(
+                (self.rounds, self.steps_consumed, None if math.isinf(beta) else beta))
+        return done
 
     # -- feeding ----------------------------------------------------------------------------
     def offer(self, gradient: Gradient, entry_id: str, v_now: int, now: float) -> str:

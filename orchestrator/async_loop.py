@@ -64,7 +64,7 @@ class AsyncTrainer(Trainer):
         self.aggregator = StalenessAggregator(AggregationRule(
             staleness_weights=cfg.staleness_weights, v0=cfg.v0, h_max=cfg.h_max,
             bound_decay=cfg.bound_decay, decay=cfg.decay,
-            warmup_aggregations=cfg.warmup_aggregations, timeout_s=cfg.aggregate_timeout_s,
+            warmup_rounds=cfg.warmup_rounds, timeout_s=cfg.aggregate_timeout_s,
             drop_staleness=cfg.drop_staleness,
         ))
         self.scaler = ActorScaler(cfg)
@@ -155,9 +155,13 @@ class AsyncTrainer(Trainer):
         self.finish_evaluation(timeout=30)
         row = self.log_row(self._extra(0, 0))
         summary = self.summary()
-        summary.update(aggregations=self.aggregator.aggregations, beta=self.aggregator.beta(),
-                       delta_max=self.aggregator.delta_max, grads_dropped=self.aggregator.dropped,
-                       grads_duplicate=self.aggregator.duplicates, final_row=row)
+        agg = self.aggregator
+        beta = agg.beta()
+        summary.update(aggregations=agg.aggregations, beta=None if math.isinf(beta) else beta,
+                       delta_max=agg.delta_max, rounds=agg.rounds,
+                       learner_steps_consumed=agg.steps_consumed,
+                       bound_trajectory=[list(x) for x in agg.bound_trajectory],
+                       grads_dropped=agg.dropped, grads_duplicate=agg.duplicates, final_row=row)
         self.close(summary)
         return summary
 
@@ -236,13 +240,17 @@ class AsyncTrainer(Trainer):
                                           previews=previews)
                 self._submit_learner(learners, _Learner(event, batch, v_now))
                 continue
-            in_flight = sorted({lr.version_at_dispatch for lr in learners.values()} | {v_pub})[-4:]
+            # Several learners: each holds (pins) the version it computes with and truncates
+            # over the versions the others hold at each minibatch; the lease outlives a
+            # retried invocation and frees a version whose learner died with the orchestrator.
+            live = not cfg.lookahead
             event = LearnerEvent(
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
-                versions_in_flight=in_flight, hyper=self.learner_hyper(), device=cfg.device, seed=self.next_seed(),
-                lookahead=cfg.learner_lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
-                gradients_per_message=cfg.gradients_per_message, compile=cfg.learner_compile,
+                hold_lease_s=(cfg.function_timeout_s + 60.0) if live else None,
+                hyper=self.learner_hyper(), device=cfg.device, seed=self.next_seed(),
+                lookahead=cfg.lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
+                gradients_per_message=cfg.grads_per_message, compile=cfg.learner_compile,
                 cuda_graph=cfg.learner_cuda_graphs,
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
@@ -250,10 +258,13 @@ class AsyncTrainer(Trainer):
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:
         self.record_cost(res)
+        self._unhold(job)  # done or failed: its version pins nothing now (a retry re-holds)
         if res.ok and res.payload:
             self.record_learner_stats(res.payload)
             if self.cfg.publishing_learner:
                 self._adopt(res.payload)
+            else:
+                self._consumed(job)
             self._release(job)
             return
         self.record_failure(res)
@@ -276,6 +287,21 @@ class AsyncTrainer(Trainer):
         else:
             self.counters.learner_gave_up += 1
             self._release(job)
+
+    def _consumed(self, job: _Learner) -> None:
+        """A gradient learner finished its batch: the bound's round counter moves by the env
+        steps it consumed (once per batch, however many attempts it took)."""
+        with self.lock:
+            self.aggregator.consumed(sum(t.steps for t in job.trajs), self.cfg.learner_batch_steps)
+
+    def _unhold(self, job: _Learner) -> None:
+        if job.event.get("hold_lease_s") is None:
+            return
+        try:
+            self.rs.params.release(job.event["invocation_id"])
+        except StoreError as exc:  # the lease frees it anyway
+            self.counters.store_errors += 1
+            self.counters.last_errors.append(f"release held version: {exc}")
 
     def _published(self, job: _Learner) -> bool:
         target = int(job.event["target_version"])
@@ -309,7 +335,8 @@ class AsyncTrainer(Trainer):
         beta = agg.beta()
         return {
             "actors_in_flight": n_actors, "learners_in_flight": n_learners,
-            "aggregations": agg.aggregations, "beta": None if beta == float("inf") else beta,
+            "aggregations": agg.aggregations, "rounds": agg.rounds,
+            "beta": None if beta == float("inf") else beta,
             "buffer_size": len(agg.buffer), "grads_dropped": agg.dropped,
             "grads_duplicate": agg.duplicates,
         }
@@ -337,8 +364,12 @@ class AsyncTrainer(Trainer):
                 self.record_failure(res)
             elif fut in actors and res.payload:
                 self.record_actor(res.payload)
-            elif fut in learners and res.payload:
+            if fut in learners:
+                self._unhold(learners[fut])
+            if fut in learners and res.ok and res.payload:
                 self.record_learner_stats(res.payload)
+                if not self.cfg.publishing_learner:
+                    self._consumed(learners[fut])
                 self._release(learners[fut])
         self._stop.set()
         if agg_thread is not None:

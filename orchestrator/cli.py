@@ -40,6 +40,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 def _train_parser(sub: Any) -> None:
     p = sub.add_parser("train", help="train a policy (async Stellaris or the sync baseline)")
     p.add_argument("--config", help="TOML file with any TrainConfig fields")
+    p.add_argument("--preset", choices=["paper"],
+                   help="a named shape under your flags: paper = 16 actors x 1 env x 256 steps, "
+                   "4 learners, staleness-aware aggregation (the SC'24 demo)")
     p.add_argument("--env")
     p.add_argument("--mode", choices=["async", "sync"])
     p.add_argument("--backend", choices=["inline", "local", "lambda", "ray"])

@@ -40,8 +40,14 @@ class TrainConfig(BaseModel):
         description="Where functions run: in-process threads, the local Lambda runtime over HTTP, "
         "any Lambda endpoint (AWS or local) via boto3, or Ray tasks.",
     )
+    preset: Literal["paper"] | None = Field(
+        None, description="A named shape whose fields are defaults below the TOML file, env "
+        "vars and flags: paper = the SC'24 demo, 16 actors x 1 env x 256 steps, 4 learners "
+        "whose gradients the orchestrator aggregates (staleness-aware)."
+    )
     actors: int = Field(2, ge=1, le=1000, description="Actor invocations kept in flight (async: "
-                        "at most actors_fed, the rollouts the learners' next batches take).")
+                        "at most actors_fed, the rollouts the learners' next batches take; "
+                        "with several learners and no number given: actors_fed).")
     learners: int = Field(1, ge=1, le=100, description="Learner invocations in flight (async).")
     total_steps: int | None = Field(
         None, ge=1, description="Stop after this many environment steps."
@@ -121,8 +127,10 @@ class TrainConfig(BaseModel):
     )
     bound_decay: bool = Field(True, description="Decay the staleness bound beta_k = d^k delta_max.")
     decay: float = Field(0.9, gt=0, le=1, description="d in beta_k = max(1, delta_max * d^k).")
-    warmup_aggregations: int = Field(
-        20, ge=0, description="Fully asynchronous aggregations that measure delta_max."
+    warmup_rounds: int = Field(
+        1, ge=0, description="Training rounds (learner_batch_steps env steps consumed each) of "
+        "fully asynchronous aggregation that measure delta_max; the bound's k counts rounds "
+        "after them."
     )
     aggregate_timeout_s: float = Field(
         2.0, gt=0, description="Aggregate whatever is buffered after waiting this long."
@@ -134,8 +142,9 @@ class TrainConfig(BaseModel):
         "from 3,900 to 4,600 env steps/s for ~2 more versions of gradient staleness "
         "(benchmarks/RESULTS.md)."
     )
-    learner_lookahead: bool = Field(
-        True, description="Async learners apply each gradient they send to a local copy with "
+    learner_lookahead: bool | None = Field(
+        None, description="(None: on with one learner, off with several, whose IS truncation "
+        "reads the versions the others hold.) ""Async learners apply each gradient they send to a local copy with "
         "the master's Adam and compute the next one there, tagged with the version the master "
         "will apply it at: no gradient staleness with one learner, checked against what the "
         "master publishes and rebased when it differs (functions/lookahead.py)."
@@ -163,8 +172,9 @@ class TrainConfig(BaseModel):
         "needed no more env steps to a return than the lean PPO (benchmarks/RESULTS.md, "
         "session 12). A preview that cannot be written is skipped, never an error."
     )
-    gradients_per_message: int = Field(
-        32, ge=1, le=64, description="Consecutive gradients a learner sends as one stream "
+    gradients_per_message: int | None = Field(
+        None, ge=1, le=64, description="(None: 32 with one learner, 1 with several: grouped "
+        "gradients arrive together, stale by the group's length times the learners.) ""Consecutive gradients a learner sends as one stream "
         "message (still applied one Adam step each): the encode, the Redis round trip and the "
         "master's decode are paid once for them. With look-ahead learners grouping costs no "
         "gradient staleness, only publish latency (~35 ms for 32 on Hopper). On 2 cores, "
@@ -288,6 +298,22 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _lookahead_with_one_learner(self) -> TrainConfig:
+        if self.learner_lookahead and self.mode == "async" and self.learners > 1:
+            raise ValueError(
+                f"learner_lookahead needs learners = 1 (got {self.learners}): a look-ahead "
+                "learner computes with weights no other learner can read, and IS truncation "
+                "takes its minimum over the versions the learners in flight hold")
+        return self
+
+    @model_validator(mode="after")
+    def _actors_feed_the_learners(self) -> TrainConfig:
+        # Several learners and no actor count given: as many actors as they can keep busy.
+        if "actors" not in self.model_fields_set and self.learners > 1 and self.mode == "async":
+            self.__dict__["actors"] = self.actors_fed
+        return self
+
+    @model_validator(mode="after")
     def _one_publishing_learner(self) -> TrainConfig:
         if self.learner_publishes is True and self.mode == "async" and self.learners != 1:
             raise ValueError(
@@ -401,6 +427,27 @@ class TrainConfig(BaseModel):
         return self.learner_publishes
 
     @property
+    def lookahead(self) -> bool:
+        """``learner_lookahead`` resolved: on with one (gradient-streaming) learner."""
+        return self.learners == 1 if self.learner_lookahead is None else self.learner_lookahead
+
+    @property
+    def grads_per_message(self) -> int:
+        """``gradients_per_message`` resolved (32 with one learner, 1 with several)."""
+        if self.gradients_per_message is not None:
+            return self.gradients_per_message
+        return 32 if self.learners == 1 else 1
+
+    @property
+    def training_path(self) -> str:
+        """Which path produces this run's results, in words (every result names it)."""
+        if self.mode == "sync":
+            return "sync PPO"
+        if self.publishing_learner:
+            return "one publishing learner (pipelined PPO)"
+        return f"aggregation ({self.learners} learner{'s' if self.learners > 1 else ''})"
+
+    @property
     def h_max(self) -> int:
         return self.buffer_max or self.learners
 
@@ -418,6 +465,16 @@ class TrainConfig(BaseModel):
             mode="json", include={"env", "mode", "hyper", "policy", "n_envs", "rollout_steps", "seed"}
         )
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# The preset's fields sit below the TOML file, env vars and flags (any of which may name it).
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {"mode": "async", "actors": 16, "n_envs": 1, "rollout_steps": 256, "learners": 4,
+              "learner_publishes": False, "staleness_weights": True, "bound_decay": True,
+              "hyper": {"is_correction": "decoupled"}},
+}
+RENAMED = {"warmup_aggregations": "warmup_rounds (the bound's k counts training rounds now, "
+                                  "one per learner_batch_steps env steps consumed)"}
 
 
 def _env_overrides() -> dict[str, Any]:
@@ -456,6 +513,15 @@ def load_config(
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     doc = _merge(doc, _env_overrides())
     doc = _merge(doc, {k: v for k, v in (overrides or {}).items() if v is not None})
+    for old, new in RENAMED.items():
+        if old in doc:
+            raise ConfigError(f"invalid config: {old} is no longer a field: use {new}")
+    preset = doc.get("preset")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"invalid config: preset: unknown preset {preset!r} "
+                              f"(known: {', '.join(PRESETS)})")
+        doc = _merge(PRESETS[preset], doc)
     try:
         return TrainConfig.model_validate(doc)
     except ValidationError as exc:

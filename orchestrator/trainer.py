@@ -54,6 +54,13 @@ class Counters:
     previews: int = 0  # previews publishing learners stored (learner_previews)
     filler_rollouts: int = 0  # filler actors started (filler_envs)
     filler_resizes: int = 0  # filler sizes chosen by filler_envs = "auto"
+    # IS truncation among several learners: versions another learner held that the store no
+    # longer had (never skipped silently), and run sums of the truncated share and of the
+    # number of other learners' policies each gradient was truncated against
+    is_versions_missing: int = 0
+    is_truncated_sum: float = 0.0
+    is_others_sum: float = 0.0
+    is_invocations: int = 0
     traj_staleness: list[float] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -249,6 +256,17 @@ class Trainer:
                 if k.startswith("losses/") and isinstance(v, int | float):
                     self.recent_stats[k] = float(v)
             self.counters.lookahead_rebases += int(payload.get("lookahead_rebases", 0))
+            missing = payload.get("is_versions_missing") or []
+            if missing:
+                self.counters.is_versions_missing += len(missing)
+                msg = (f"IS truncation: versions {missing} held by other learners were not in "
+                       "the store (evicted?); those gradients were truncated without them")
+                self.counters.last_errors.append(msg)
+                print(f"warning: {msg}", flush=True)
+            if "losses/is_truncated_frac" in payload and payload.get("gradients", 0):
+                self.counters.is_invocations += 1
+                self.counters.is_truncated_sum += float(payload["losses/is_truncated_frac"])
+                self.counters.is_others_sum += float(payload.get("is_others_mean", 0.0))
             self.counters.previews += int(payload.get("previews", 0))
             # asked to compile and could not (no C++ compiler...): worth seeing in the summary
             if self.cfg.learner_compile and payload.get("compiled") is False:
@@ -492,7 +510,8 @@ class Trainer:
         self.sample_footprint()
         return {
             "run_id": self.rs.run_id, "mode": self.cfg.mode, "backend": self.cfg.backend,
-            "learners_publish": self.learners_publish,
+            "learners_publish": self.learners_publish, "path": self.cfg.training_path,
+            "learners": self.cfg.learners, "actors": self.cfg.actors,
             "env": self.cfg.env, "env_steps": c.env_steps, "episodes": c.episodes,
             "version": self.master.version, "wall_s": wall,
             "sps": c.env_steps / max(1e-9, self.wall()), "mean_return": self.mean_return(),
@@ -507,6 +526,10 @@ class Trainer:
             "learners_eager": c.learners_eager,
             "learner_warmup": self.warmup_report,
             "redis_recoveries": c.redis_recoveries, "store_errors": c.store_errors,
+            "is_versions_missing": c.is_versions_missing,
+            "is_truncated_frac_mean": (c.is_truncated_sum / c.is_invocations
+                                       if c.is_invocations else None),
+            "is_others_mean": c.is_others_sum / c.is_invocations if c.is_invocations else None,
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "staleness_mean": {k: total / n for k, (total, n) in self._stale_sums.items() if n},
             "cost": self.cost.report(wall, self.footprint.orchestrator_cpu_s(),

@@ -71,6 +71,13 @@ class RunKeys:
         """``"<base version>:<invocation>:<epoch>"`` of the preview blob (set with it)."""
         return f"{self.prefix}:params:preview:stamp"
 
+    @property
+    def params_held(self) -> str:
+        """Hash: learner invocation -> ``"<version>:<lease expiry, ms>"``, the version each
+        learner in flight computes with. Held versions are never evicted (a learner's IS
+        truncation reads the others'); an expired lease no longer pins (a killed learner)."""
+        return f"{self.prefix}:params:held"
+
     # -- streams -------------------------------------------------------------------------
     def stream(self, name: str) -> str:
         return f"{self.prefix}:{name}"

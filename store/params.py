@@ -19,10 +19,52 @@ from store.connection import Store
 from store.errors import VersionEvicted, VersionNotFound
 from store.keys import RunKeys
 
-# KEYS: latest, versions(zset), latest_blob, applied(hash), state (a named state blob)
+# Lua shared by the scripts that read the held versions. A hold is
+# ``"<version>[,<next>]:<lease expiry, ms>"``: the version a learner computes with and the
+# latest it may switch to (read in the same step, so it is pinned before the learner uses it).
+# Expired holds are deleted; returns holder -> {versions} and the time (TIME in ms; scripts
+# replicate by effects since Redis 5).
+_LIVE_HOLDS = """
+local function live_holds(key)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local flat = redis.call('HGETALL', key)
+  local out = {}
+  for i = 1, #flat, 2 do
+    local vs, expiry = string.match(flat[i + 1], '^([%d,]+):(%d+)$')
+    if vs and tonumber(expiry) >= now then
+      local list = {}
+      for v in string.gmatch(vs, '%d+') do list[#list + 1] = v end
+      out[flat[i]] = list
+    else
+      redis.call('HDEL', key, flat[i])
+    end
+  end
+  return out, now
+end
+
+-- record holder's version (and the latest, KEYS[latest_key]); the others' versions, flat
+local function hold(key, latest_key, holder, version, lease_ms)
+  local holds, now = live_holds(key)
+  local cur = redis.call('GET', latest_key)
+  local pinned = version
+  if cur and cur ~= version then pinned = version .. ',' .. cur end
+  redis.call('HSET', key, holder, pinned .. ':' .. (now + tonumber(lease_ms)))
+  local others = {}
+  for h, list in pairs(holds) do
+    if h ~= holder then
+      others[#others + 1] = h
+      others[#others + 1] = list[1]
+    end
+  end
+  return others, cur
+end
+"""
+
+# KEYS: latest, versions(zset), latest_blob, applied(hash), state (a named state blob), held
 # ARGV: prefix, version, blob, keep, allow_rewind, state blob ('' = none), then
 # lineage/"seq:version" pairs
-_PUBLISH = """
+_PUBLISH = _LIVE_HOLDS + """
 local v = tonumber(ARGV[2])
 local cur = redis.call('GET', KEYS[1])
 if cur and tonumber(cur) > v and ARGV[5] ~= '1' then
@@ -49,14 +91,38 @@ local keep = tonumber(ARGV[4])
 local n = redis.call('ZCARD', KEYS[2])
 local evicted = 0
 if n > keep then
+  local pinned = {}
+  for _, list in pairs(live_holds(KEYS[6])) do
+    for _, hv in ipairs(list) do pinned[hv] = true end
+  end
   local old = redis.call('ZRANGE', KEYS[2], 0, n - keep - 1)
   for _, o in ipairs(old) do
-    redis.call('DEL', ARGV[1] .. ':params:' .. o)
-    redis.call('ZREM', KEYS[2], o)
-    evicted = evicted + 1
+    if not pinned[o] then
+      redis.call('DEL', ARGV[1] .. ':params:' .. o)
+      redis.call('ZREM', KEYS[2], o)
+      evicted = evicted + 1
+    end
   end
 end
 return evicted
+"""
+
+# KEYS: held(hash), latest  ARGV: holder, version, lease_ms.  Records the version ``holder``
+# computes with (a lease: it pins nothing once expired) and returns the others',
+# {holder, version, ...}.
+_HOLD = _LIVE_HOLDS + """
+local others = hold(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+return others
+"""
+
+# KEYS: held, latest, latest_blob  ARGV: holder, version, lease_ms, known_version ('' = none).
+# A hold and a fetch-if-newer in one step: {others, {}} when nothing is published,
+# {others, {v}} when v is known, else {others, {v, blob}}.
+_FETCH_AND_HOLD = _LIVE_HOLDS + """
+local others, cur = hold(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
+if not cur then return {others, {}} end
+if cur == ARGV[4] then return {others, {cur}} end
+return {others, {cur, redis.call('GET', KEYS[3])}}
 """
 
 # KEYS: latest, latest_blob  ARGV: known_version ('' = none)
@@ -148,6 +214,8 @@ class ParamStore:
         self._with_applied = store.script(_WITH_APPLIED)
         self._publish_preview = store.script(_PUBLISH_PREVIEW)
         self._fetch_newest = store.script(_FETCH_NEWEST)
+        self._hold = store.script(_HOLD)
+        self._fetch_and_hold = store.script(_FETCH_AND_HOLD)
 
     def publish(
         self,
@@ -183,12 +251,53 @@ class ParamStore:
                 lambda r: self._publish(
                     keys=[self.keys.params_latest, self.keys.params_versions,
                           self.keys.params_latest_blob, self.keys.params_applied,
-                          self.keys.state(state_name)],
+                          self.keys.state(state_name), self.keys.params_held],
                     args=args,
                     client=r,
                 )
             )
         )
+
+    # -- versions held by learners in flight ------------------------------------------------
+    def fetch_and_hold_command(self, holder: str, version: int, lease_s: float,
+                               known_version: int | None) -> tuple[Any, list[str], list[Any]]:
+        """:meth:`hold` and :meth:`fetch_command` as one script (for callers pipelining it)."""
+        if lease_s <= 0:
+            raise ValueError("a hold's lease must be positive")
+        known = "" if known_version is None else str(int(known_version))
+        keys = [self.keys.params_held, self.keys.params_latest, self.keys.params_latest_blob]
+        return self._fetch_and_hold, keys, [holder, int(version), int(lease_s * 1000), known]
+
+    def fetch_and_hold_reply(self, reply: Any) -> tuple[PolicySnapshot | None, dict[str, int]]:
+        others, fetched = reply
+        return self.fetch_reply(fetched), self.hold_reply(others)
+
+    @staticmethod
+    def hold_reply(reply: Any) -> dict[str, int]:
+        """The other holders' versions from a hold script's reply."""
+        items = [x.decode() if isinstance(x, bytes) else str(x) for x in reply or []]
+        return {items[i]: int(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+
+    def hold(self, holder: str, version: int, lease_s: float) -> dict[str, int]:
+        """Record that ``holder`` computes with ``version`` (pinned against eviction for
+        ``lease_s`` unless renewed or released) and return the versions the *other* holders
+        hold now, by holder: the policies IS truncation takes its minimum over."""
+        if lease_s <= 0:
+            raise ValueError("a hold's lease must be positive")
+        keys = [self.keys.params_held, self.keys.params_latest]
+        args = [holder, int(version), int(lease_s * 1000)]
+        return self.hold_reply(self.store.call(
+            lambda r: self._hold(keys=keys, args=args, client=r)))
+
+    def release(self, *holders: str) -> None:
+        """The holders are done (finished, failed or given up): their versions are unpinned."""
+        if holders:
+            self.store.call(lambda r: r.hdel(self.keys.params_held, *holders))
+
+    def held(self) -> dict[str, int]:
+        """Every live hold, by holder (read-only: for reports and tests)."""
+        raw = self.store.call(lambda r: r.hgetall(self.keys.params_held))
+        return {k.decode(): int(v.split(b":")[0].split(b",")[0]) for k, v in raw.items()}
 
     def publish_preview(self, base_version: int, epoch: int, epochs: int, invocation_id: str,
                         tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> bool:

@@ -20,7 +20,7 @@ from store import RunStore, Store
 TINY = {
     "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
     "learner_batch_steps": 512, "total_steps": 2048, "eval_interval_s": 0, "progress": "none",
-    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_aggregations": 4,
+    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_rounds": 1,
     "function_timeout_s": 120,
     # the aggregator's path (one learner would publish its updates itself by default: its
     # own tests below)
@@ -28,18 +28,36 @@ TINY = {
 }
 
 
-def test_two_lookahead_learners_rebase_onto_each_others_steps(tmp_path: Path,
-                                                              redis_url: str) -> None:
-    # one gradient per message: each learner polls what the master applied every minibatch
+def test_two_learners_truncate_against_the_versions_the_other_holds(tmp_path: Path,
+                                                                     redis_url: str) -> None:
+    """The regression test of IS truncation among learners: each learner holds (pins) its
+    version and reads the other's with every gradient; if truncation stops seeing the other
+    learner (or its versions go missing), this fails."""
+    run_dir = tmp_path / "two"
     cfg = load_config(None, {**TINY, "learners": 2, "actors": 4, "total_steps": 4096,
-                             "gradients_per_message": 1,
-                             "backend": "inline", "run_dir": str(tmp_path / "two"),
-                             "redis_url": redis_url})
+                             "backend": "inline", "run_dir": str(run_dir),
+                             "redis_url": redis_url, "keep_versions": 2})
+    assert not cfg.lookahead and cfg.grads_per_message == 1
     summary = train(cfg)
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
+    assert summary["path"] == "aggregation (2 learners)"
     assert summary["grads_applied"] >= 32
-    # each learner's predictions miss the other's steps, notices, and moves onto them
-    assert summary["lookahead_rebases"] > 0
+    # while both ran, each gradient was truncated against the other's policy; with two
+    # versions retained, only the holds kept them (nothing went missing)
+    assert summary["is_others_mean"] > 0.25, summary
+    assert summary["is_versions_missing"] == 0, summary["last_errors"]
+    assert summary["is_truncated_frac_mean"] is not None
+    # the bound's k counted rounds of 512 consumed env steps, not aggregations
+    assert summary["rounds"] == summary["learner_steps_consumed"] // 512 >= 4
+    assert summary["aggregations"] > 4 * summary["rounds"]
+    assert [r for r, _, _ in summary["bound_trajectory"]] == list(range(1, summary["rounds"] + 1))
+    # every learner released its hold when it finished
+    assert RunStore(Store(redis_url), summary["run_id"]).params.held() == {}
+
+
+def test_look_ahead_needs_one_learner() -> None:
+    with pytest.raises(ConfigError, match="learner_lookahead needs learners = 1"):
+        load_config(None, {**TINY, "learners": 2, "learner_lookahead": True})
 
 
 def test_an_annealed_async_run_decays_the_rate_its_learners_and_master_use(

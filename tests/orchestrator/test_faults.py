@@ -15,7 +15,7 @@ from store import EmbeddedRedis, RunKeys, RunStore, Store
 SMALL = {
     "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
     "learner_batch_steps": 512, "eval_interval_s": 0, "progress": "none",
-    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_aggregations": 4,
+    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_rounds": 1,
     "function_timeout_s": 60, "max_retries": 5,
     # Drills on a timeline (a 30-second run, Redis killed at version 20): a cold torch.compile
     # of a new policy shape (~15 s under load) would move that timeline, and compiling is

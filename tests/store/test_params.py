@@ -182,3 +182,32 @@ def test_decode_rejects_out_of_bounds_offsets() -> None:
             decode(struct.pack("<Q", len(raw)) + raw + good[8 + n :])
     arrays, meta = decode(good)
     assert arrays["w"].tolist() == [0, 1, 2, 3] and meta == {"a": 1}
+
+
+def test_held_versions_are_never_evicted_and_leases_expire(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id, keep=2)
+    ps.publish(0, _tensors(0))
+    assert ps.hold("learner-a", 0, lease_s=60) == {}
+    assert ps.hold("learner-b", 0, lease_s=0.2) == {"learner-a": 0}
+    for v in range(1, 6):
+        ps.publish(v, _tensors(v))
+    # version 0 is held: kept beyond the window of two; the others fell out as usual
+    assert ps.retained_versions() == [0, 4, 5]
+    assert ps.get(0).version == 0
+    # a renewal moves b's hold; a's stays what it was
+    assert ps.hold("learner-b", 5, lease_s=0.2) == {"learner-a": 0}
+    ps.release("learner-a")
+    ps.publish(6, _tensors(6))
+    assert 0 not in ps.retained_versions()
+    # an expired lease (a learner killed mid-batch, never released) pins nothing
+    import time
+
+    time.sleep(0.3)
+    assert ps.hold("learner-c", 6, lease_s=60) == {}
+    assert ps.held() == {"learner-c": 6}
+
+
+def test_hold_rejects_a_lease_of_zero(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id)
+    with pytest.raises(ValueError, match="lease"):
+        ps.hold("x", 0, lease_s=0)
