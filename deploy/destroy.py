@@ -3,6 +3,7 @@ repository when named and tagged as deploy's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -39,30 +40,42 @@ def plan_destroy(clients: dict[str, Any], prefix: str, functions: list[str], tar
             break
     if target == "aws" and role_name:
         iam = clients["iam"]
-        try:
-            tags = call(iam, "list_role_tags", RoleName=role_name).get("Tags") or []
-            if MANAGED_TAG_ENTRY in tags:
-                attached = call(iam, "list_attached_role_policies", RoleName=role_name)
-                arns = [p["PolicyArn"] for p in attached.get("AttachedPolicies", [])]
-                plan.steps.append(Step("iam-role", "delete", role_name, "",
-                                       {"RoleName": role_name, "DetachPolicies": arns}))
-            else:
-                plan.steps.append(Step("iam-role", "noop", role_name, KEPT))
-        except ClientError as exc:
-            if error_code(exc) != "NoSuchEntity":
-                raise
+        plan.steps += _ours_or_kept(
+            "iam-role", role_name, "NoSuchEntity",
+            lambda: call(iam, "list_role_tags", RoleName=role_name).get("Tags") or [],
+            lambda: _role_deletion(iam, role_name))
     if target == "aws" and repository:
         ecr = clients["ecr"]
-        try:
-            found = call(ecr, "describe_repositories", repositoryNames=[repository])
-            arn = found["repositories"][0]["repositoryArn"]
-            tags = call(ecr, "list_tags_for_resource", resourceArn=arn).get("tags") or []
-            if MANAGED_TAG_ENTRY in tags:
-                plan.steps.append(Step("ecr-repository", "delete", repository, "with its images",
-                                       {"repositoryName": repository, "force": True}))
-            else:
-                plan.steps.append(Step("ecr-repository", "noop", repository, KEPT))
-        except ClientError as exc:
-            if error_code(exc) != "RepositoryNotFoundException":
-                raise
+        plan.steps += _ours_or_kept(
+            "ecr-repository", repository, "RepositoryNotFoundException",
+            lambda: _repository_tags(ecr, repository),
+            lambda: Step("ecr-repository", "delete", repository, "with its images",
+                         {"repositoryName": repository, "force": True}))
     return plan
+
+
+def _ours_or_kept(kind: str, name: str, missing: str, tags: Callable[[], list[dict[str, str]]],
+                  deletion: Callable[[], Step]) -> list[Step]:
+    """Delete a resource tagged as deploy's, keep any other; nothing when it does not exist
+    (AWS answers with the error code ``missing``)."""
+    try:
+        if MANAGED_TAG_ENTRY in tags():
+            return [deletion()]
+        return [Step(kind, "noop", name, KEPT)]
+    except ClientError as exc:
+        if error_code(exc) != missing:
+            raise
+        return []
+
+
+def _role_deletion(iam: Any, role_name: str) -> Step:
+    """The role's policies are detached first: IAM refuses to delete a role that has any."""
+    attached = call(iam, "list_attached_role_policies", RoleName=role_name)
+    arns = [p["PolicyArn"] for p in attached.get("AttachedPolicies", [])]
+    return Step("iam-role", "delete", role_name, "", {"RoleName": role_name, "DetachPolicies": arns})
+
+
+def _repository_tags(ecr: Any, repository: str) -> list[dict[str, str]]:
+    found = call(ecr, "describe_repositories", repositoryNames=[repository])
+    arn = found["repositories"][0]["repositoryArn"]
+    return call(ecr, "list_tags_for_resource", resourceArn=arn).get("tags") or []

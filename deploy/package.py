@@ -3,6 +3,7 @@ runtime's Python environment locally, or from the container image on AWS)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import zipfile
@@ -32,6 +33,4 @@ def build_function_zip(root: Path = REPO_ROOT, packages: tuple[str, ...] = PACKA
 
 def code_sha256(zip_bytes: bytes) -> str:
     """Lambda's CodeSha256: base64 of the SHA-256 of the zip."""
-    import base64
-
     return base64.b64encode(hashlib.sha256(zip_bytes).digest()).decode()
