@@ -1,12 +1,13 @@
-"""Staleness-aware gradient aggregation (the paper's rule, as DESIGN.md states it).
+"""Staleness-aware gradient aggregation (the paper's rule; docs/algorithm.md).
 
 Pure logic, no I/O: the trainer feeds gradients in, asks whether the buffer rule fires, and
 takes one weighted mean gradient out per aggregation (one optimizer step).
 
 * staleness ``delta = v_now - v_used``;
 * weight ``w = 1`` if ``delta <= v0`` else ``1/sqrt(delta)``; ``g = (1/H) sum_j w_j g_j``;
-* fire when the buffer's mean staleness ``<= beta_k``, or ``H == H_max``, or the oldest buffered
-  gradient waited ``timeout_s`` (never block forever);
+* fire when the buffer's mean staleness ``<= beta_k``, or ``H == H_max`` (``buffer_max``, else
+  one gradient per learner in flight), or the oldest buffered gradient waited ``timeout_s``
+  (never block forever);
 * ``beta_k = max(1, delta_max * d^k)`` with ``delta_max`` the largest buffer-mean staleness seen
   during a fully asynchronous warm-up (every gradient applied as it comes), and ``k`` counting
   training rounds — one per ``learner_batch_steps`` env steps the learners consumed — not
@@ -19,22 +20,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from functions.messages import Gradient, Layout, split_flat
+from orchestrator.config import AggregationConfig
 
 
-@dataclass(frozen=True)
-class AggregationRule:
-    staleness_weights: bool = True
-    v0: int = 1
-    h_max: int = 1
-    bound_decay: bool = True
-    decay: float = 0.9
-    warmup_rounds: int = 1
-    timeout_s: float = 2.0
-    drop_staleness: int | None = None
+def AggregationRule(h_max: int = 1, **fields: Any) -> AggregationConfig:
+    """Deprecated spelling of ``AggregationConfig(buffer_max=h_max, ...)``, kept only while
+    tests/orchestrator/test_aggregator.py still builds its rules with it."""
+    return AggregationConfig(buffer_max=h_max, **fields)
 
 
 @dataclass
@@ -79,7 +76,8 @@ def staleness_weight(delta: int, v0: int) -> float:
 
 @dataclass
 class StalenessAggregator:
-    rule: AggregationRule
+    rule: AggregationConfig
+    learners: int = 1  # in flight: H_max when the rule sets no buffer_max
     buffer: list[_Buffered] = field(default_factory=list)
     applied: set[str] = field(default_factory=set)
     aggregations: int = 0
@@ -90,6 +88,10 @@ class StalenessAggregator:
     # (round, env steps consumed, beta) at the end of each round: the bound's trajectory
     bound_trajectory: list[tuple[int, int, float | None]] = field(default_factory=list)
     steps_consumed: int = 0  # env steps of the batches learners finished
+
+    @property
+    def h_max(self) -> int:
+        return self.rule.h_max(self.learners)
 
     # -- the bound --------------------------------------------------------------------------
     @property
@@ -145,7 +147,7 @@ class StalenessAggregator:
             return None
         if self.in_warmup:
             return "warmup"
-        if len(self.buffer) >= self.rule.h_max:
+        if len(self.buffer) >= self.h_max:
             return "full"
         if self.mean_staleness(v_now) <= self.beta():
             return "bound"

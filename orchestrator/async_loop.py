@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.messages import Gradient, LearnerEvent
-from orchestrator.aggregator import AggregationRule, StalenessAggregator
+from orchestrator.aggregator import StalenessAggregator
 from orchestrator.invokers.base import InvocationResult
 from orchestrator.pacer import Rollout, RolloutPacer, best_filler, filler_cycle_s, next_rollout
 from orchestrator.scaler import ActorScaler
@@ -61,15 +61,11 @@ class AsyncTrainer(Trainer):
         cfg = self.cfg
         self.resume_or_init()
         self.rs.grads.ensure_group(GROUP, start_id="$")
-        self.aggregator = StalenessAggregator(AggregationRule(
-            staleness_weights=cfg.staleness_weights, v0=cfg.v0, h_max=cfg.h_max,
-            bound_decay=cfg.bound_decay, decay=cfg.decay,
-            warmup_rounds=cfg.warmup_rounds, timeout_s=cfg.aggregate_timeout_s,
-            drop_staleness=cfg.drop_staleness,
-        ))
+        self.aggregator = StalenessAggregator(cfg.aggregation, cfg.learners)
         self.scaler = ActorScaler(cfg)
-        self.pacer = RolloutPacer(cfg.actor_start == "just_in_time")
-        self.filler_envs = cfg.fixed_filler_envs  # re-chosen between batches with "auto"
+        self.pacer = RolloutPacer(cfg.experimental.actor_start == "just_in_time")
+        # re-chosen between batches with "auto"
+        self.filler_envs = cfg.experimental.fixed_filler_envs
         self._stop = threading.Event()
         self._to_ack: list[str] = []  # applied, their version not yet published
         self._entry_left: dict[str, int] = {}  # stream entry -> its gradients not yet settled
@@ -208,8 +204,8 @@ class AsyncTrainer(Trainer):
         Sized once, on the one actor's timings: a smaller lead shares its vector env's
         per-step overhead among fewer streams, so its seconds per stream rise and the linear
         model then asks for a bigger filler that is measured slower (Hopper, 2 cores: 3
-        streams 7,475 env steps/s against 2's 8,323; session 35's auto runs went to 3 in
-        four of twelve seeds)."""
+        streams 7,475 env steps/s against 2's 8,323; an earlier auto that re-sized went to 3 in
+        four of twelve seeds: docs/decisions.md#filler-envs-auto)."""
         env_s, learn_s = self.pacer.env_s, self.pacer.learn_s
         if env_s is None or learn_s is None or self.counters.filler_resizes:
             return
@@ -235,7 +231,8 @@ class AsyncTrainer(Trainer):
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
             if cfg.publishing_learner:
                 # previews only help actors that look for newer weights mid-rollout
-                previews = cfg.learner_previews and cfg.actor_refresh_steps > 0
+                previews = (cfg.experimental.learner_previews
+                            and cfg.experimental.actor_refresh_steps > 0)
                 event = self.update_event([t.traj_id for t in batch], v_now, self.learner_hyper(),
                                           previews=previews)
                 self._submit_learner(learners, _Learner(event, batch, v_now))
@@ -249,9 +246,11 @@ class AsyncTrainer(Trainer):
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 hold_lease_s=(cfg.function_timeout_s + 60.0) if live else None,
                 hyper=self.learner_hyper(), device=cfg.device, seed=self.next_seed(),
-                lookahead=cfg.lookahead, master_adam_betas=(cfg.master_adam_beta1, 0.999),
-                gradients_per_message=cfg.grads_per_message, compile=cfg.learner_compile,
-                cuda_graph=cfg.learner_cuda_graphs,
+                lookahead=cfg.lookahead,
+                master_adam_betas=(cfg.experimental.master_adam_beta1, 0.999),
+                gradients_per_message=cfg.grads_per_message,
+                compile=cfg.experimental.learner_compile,
+                cuda_graph=cfg.experimental.learner_cuda_graphs,
             ).to_event()
             self._submit_learner(learners, _Learner(event, batch, v_pub))
 
@@ -385,7 +384,7 @@ class AsyncTrainer(Trainer):
         arrive meanwhile share that work: on two cores, reading, acknowledging and
         publishing once per gradient cost more CPU than the gradient itself.
         """
-        interval = self.cfg.publish_interval_ms / 1000.0
+        interval = self.cfg.experimental.publish_interval_ms / 1000.0
         while not self._stop.is_set():
             wait_s = self._window_start + interval - time.monotonic()
             if wait_s > 0 and self._stop.wait(wait_s):

@@ -18,6 +18,18 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the orchestrator shares the machine
 
 
+def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
+    """``{"aggregation.v0": 2}`` -> ``{"aggregation": {"v0": 2}}``."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
 def parse_set(items: list[str]) -> dict[str, Any]:
     """``--set hyper.learning_rate=1e-3`` -> nested overrides (values parsed as JSON if they can)."""
     out: dict[str, Any] = {}
@@ -37,62 +49,133 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _description(path: str) -> str:
+    """The one-line description of a config field (``aggregation.v0``), as flag help."""
+    from pydantic import BaseModel
+
+    from orchestrator.config import TrainConfig
+
+    model: type[BaseModel] = TrainConfig
+    *sections, name = path.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation  # type: ignore[assignment]
+    text = model.model_fields[name].description or ""
+    return text.rstrip(".").replace("%", "%%")
+
+
+# Flags of the common user fields by group: (flag, config field, argparse options). The help is
+# the field's own description; every other field is reached with --set or a TOML file.
+_FIELD_FLAGS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
+    "the run": [
+        ("--env", "env", {}),
+        ("--mode", "mode", {"choices": ["async", "sync"]}),
+        ("--backend", "backend", {"choices": ["inline", "local", "lambda", "ray"]}),
+        ("--actors", "actors", {"type": int, "metavar": "N"}),
+        ("--learners", "learners", {"type": int, "metavar": "N"}),
+        ("--stop-at-return", "stop_at_return", {"type": float, "metavar": "RETURN"}),
+        ("--budget-usd", "budget_usd", {"type": float, "metavar": "USD"}),
+        ("--seed", "seed", {"type": int}),
+        ("--run-dir", "run_dir", {"metavar": "DIR"}),
+        ("--run-id", "run_id", {"metavar": "ID"}),
+        ("--init-from", "init_from", {"metavar": "CHECKPOINT"}),
+    ],
+    "rollouts and PPO": [
+        ("--n-envs", "n_envs", {"type": int, "metavar": "N"}),
+        ("--rollout-steps", "rollout_steps", {"type": int, "metavar": "N"}),
+        ("--learner-batch-steps", "learner_batch_steps", {"type": int, "metavar": "N"}),
+        ("--max-actors", "max_actors", {"type": int, "metavar": "N"}),
+    ],
+    "functions and their store": [
+        ("--device", "device", {"choices": ["auto", "cpu", "cuda"]}),
+        ("--actor-memory-mb", "actor_memory_mb", {"type": int, "metavar": "MB"}),
+        ("--learner-memory-mb", "learner_memory_mb", {"type": int, "metavar": "MB"}),
+        ("--function-timeout-s", "function_timeout_s", {"type": int, "metavar": "S"}),
+        ("--max-retries", "max_retries", {"type": int, "metavar": "N"}),
+        ("--redis-url", "redis_url", {"metavar": "URL"}),
+        ("--function-redis-url", "function_redis_url", {"metavar": "URL"}),
+        ("--redis-host", "redis_host", {"choices": ["orchestrator", "elasticache"]}),
+        ("--endpoint-url", "endpoint_url", {"metavar": "URL"}),
+        ("--region", "region", {}),
+        ("--function-prefix", "function_prefix", {"metavar": "PREFIX"}),
+        ("--ray-address", "ray_address", {"metavar": "ADDRESS"}),
+    ],
+    "observability and checkpoints": [
+        ("--progress", "progress", {"choices": ["auto", "rich", "plain", "none"]}),
+        ("--eval-interval-s", "eval_interval_s", {"type": float, "metavar": "S"}),
+        ("--eval-episodes", "eval_episodes", {"type": int, "metavar": "N"}),
+        ("--checkpoint-interval-s", "checkpoint_interval_s", {"type": float, "metavar": "S"}),
+        ("--keep-checkpoints", "keep_checkpoints", {"type": int, "metavar": "N"}),
+        ("--log-interval-s", "log_interval_s", {"type": float, "metavar": "S"}),
+    ],
+    "the paper's aggregation (several learners)": [
+        ("--buffer-max", "aggregation.buffer_max", {"type": int, "metavar": "H_MAX"}),
+    ],
+}
+
+
 def _train_parser(sub: Any) -> None:
-    p = sub.add_parser("train", help="train a policy (async Stellaris or the sync baseline)")
-    p.add_argument("--config", help="TOML file with any TrainConfig fields")
+    p = sub.add_parser("train", help="train a policy (async Stellaris or the sync baseline)",
+                       epilog="Every field, its default and the presets: docs/configuration.md.")
+    p.add_argument("--config", metavar="TOML", help="TOML file with any config fields "
+                   "(sections as tables: [aggregation], [experimental], [hyper], [policy])")
     p.add_argument("--preset", choices=["paper"],
-                   help="a named shape under your flags: paper = 16 actors x 1 env x 256 steps, "
+                   help="A named shape under your flags: paper = 16 actors x 1 env x 256 steps, "
                    "4 learners, staleness-aware aggregation (the SC'24 demo)")
-    p.add_argument("--env")
-    p.add_argument("--mode", choices=["async", "sync"])
-    p.add_argument("--backend", choices=["inline", "local", "lambda", "ray"])
-    p.add_argument("--actors", type=int)
-    p.add_argument("--learners", type=int)
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--total-steps", type=int)
-    budget.add_argument("--minutes", type=float)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--run-dir")
-    p.add_argument("--run-id")
-    p.add_argument("--restart", action="store_true", default=None, help="ignore an existing checkpoint")
-    p.add_argument("--init-from", help="warm start from this checkpoint file (weights, "
-                   "normalisers, Adam moments; counters at zero)")
-    p.add_argument("--autoscale", action="store_true", default=None)
-    p.add_argument("--max-actors", type=int)
-    p.add_argument("--budget-usd", type=float)
-    p.add_argument("--stop-at-return", type=float,
-                   help="also stop once the mean return of the last 100 episodes reaches this")
-    p.add_argument("--redis-url")
-    p.add_argument("--endpoint-url", help="Lambda endpoint (backend lambda)")
-    p.add_argument("--region")
-    p.add_argument("--ray-address")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--n-envs", type=int)
-    p.add_argument("--rollout-steps", type=int)
-    p.add_argument("--is-correction", choices=["none", "truncate", "vtrace", "decoupled"])
-    p.add_argument("--no-staleness-weights", dest="staleness_weights", action="store_false", default=None)
-    p.add_argument("--no-bound-decay", dest="bound_decay", action="store_false", default=None)
-    p.add_argument("--progress", choices=["auto", "rich", "plain", "none"])
-    p.add_argument("--eval-interval-s", type=float)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config field, e.g. --set hyper.learning_rate=1e-3")
+                   help="Any config field, e.g. --set hyper.learning_rate=1e-3 or --set "
+                   "experimental.learner_compile=false (repeatable; flags win)")
+    groups = {title: p.add_argument_group(title) for title in _FIELD_FLAGS}
+    run = groups["the run"]
+    budget = run.add_mutually_exclusive_group()
+    budget.add_argument("--total-steps", type=int, metavar="N", help=_description("total_steps"))
+    budget.add_argument("--minutes", type=float, help=_description("minutes"))
+    run.add_argument("--restart", action="store_true", default=None, help=_description("restart"))
+    for title, flags in _FIELD_FLAGS.items():
+        for flag, path, options in flags:
+            groups[title].add_argument(flag, dest=path, help=_description(path), **options)
+    groups["rollouts and PPO"].add_argument(
+        "--autoscale", action="store_true", default=None, help=_description("autoscale"))
+    groups["rollouts and PPO"].add_argument(
+        "--is-correction", dest="hyper.is_correction",
+        choices=["none", "truncate", "vtrace", "decoupled"],
+        help="Off-policy correction of stale data, hyper.is_correction (default decoupled: "
+        "docs/decisions.md#is-correction-decoupled)")
+    paper = groups["the paper's aggregation (several learners)"]
+    paper.add_argument("--no-staleness-weights", dest="aggregation.staleness_weights",
+                       action="store_false", default=None,
+                       help="Aggregate every gradient with weight 1 (ablation of the paper's "
+                       "1/sqrt(staleness))")
+    paper.add_argument("--no-bound-decay", dest="aggregation.bound_decay", action="store_false",
+                       default=None, help="Keep the staleness bound at delta_max (ablation)")
+
+
+def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags and ``--set`` items of ``stellaris train`` as nested overrides; a flag wins
+    over ``--set`` (whose old flat keys are moved to their sections first)."""
+    from orchestrator.config import move_old_keys
+
+    given = {k: v for k, v in vars(args).items()
+             if k not in ("command", "config", "set", "func") and v is not None}
+    if args.minutes is not None:
+        given["total_steps"] = None
+    if args.total_steps is not None:
+        given["minutes"] = None
+    return _merge(move_old_keys(parse_set(args.set), "--set"), _nest(given))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from orchestrator.config import ConfigError, load_config
     from orchestrator.run import PreflightError, train
 
-    flags = {k: v for k, v in vars(args).items()
-             if k not in ("command", "config", "set", "is_correction", "func") and v is not None}
-    overrides = parse_set(args.set)
-    if args.is_correction:
-        overrides.setdefault("hyper", {})["is_correction"] = args.is_correction
-    if args.minutes is not None:
-        flags["total_steps"] = None
-    if args.total_steps is not None:
-        flags["minutes"] = None
     try:
-        cfg = load_config(args.config, {**overrides, **flags})
+        cfg = load_config(args.config, train_overrides(args))
         summary = train(cfg)
     except (ConfigError, PreflightError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -132,6 +215,27 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stellaris", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
+    ev = sub.add_parser("evaluate", help="deterministic episodes of a run's checkpoint")
+    ev.add_argument("run", help="the run folder (runs/<run_id>)")
+    ev.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    ev.add_argument("--seed", type=int, default=12345, help="seed of the first episode's env")
+    ev.add_argument("--best", action="store_true", help="the best checkpoint instead of the latest")
+    ev.add_argument("--video", help="record videos into this folder (needs rendering)")
+    pl = sub.add_parser("plot", help="figures of runs side by side")
+    pl.add_argument("runs", nargs="+", help="run folders to draw together")
+    pl.add_argument("--out", default="figures", help="folder for the figures (default figures)")
+    sub.add_parser("runtime", help="the local Lambda runtime: stellaris runtime serve --help")
+    sub.add_parser("deploy", help="deploy the functions: stellaris deploy --help")
+    sub.add_parser("destroy", help="remove what deploy created")
+    sub.add_parser("up", help="the docker-compose topology as local processes")
+    sub.add_parser("redis", help="redis-server for the compose topology: stellaris redis serve --help")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["runtime"]:
@@ -142,24 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         from deploy.cli import main as deploy_main
 
         return deploy_main(argv)
-    parser = argparse.ArgumentParser(prog="stellaris", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    _train_parser(sub)
-    ev = sub.add_parser("evaluate", help="deterministic episodes of a run's checkpoint")
-    ev.add_argument("run")
-    ev.add_argument("--episodes", type=int, default=10)
-    ev.add_argument("--seed", type=int, default=12345)
-    ev.add_argument("--best", action="store_true", help="the best checkpoint instead of the latest")
-    ev.add_argument("--video", help="record videos into this folder (needs rendering)")
-    pl = sub.add_parser("plot", help="figures of runs side by side")
-    pl.add_argument("runs", nargs="+")
-    pl.add_argument("--out", default="figures")
-    sub.add_parser("runtime", help="the local Lambda runtime: stellaris runtime serve --help")
-    sub.add_parser("deploy", help="deploy the functions: stellaris deploy --help")
-    sub.add_parser("destroy", help="remove what deploy created")
-    sub.add_parser("up", help="the docker-compose topology as local processes")
-    sub.add_parser("redis", help="redis-server for the compose topology: stellaris redis serve --help")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     handlers = {"train": cmd_train, "evaluate": cmd_evaluate, "plot": cmd_plot}
     return handlers[args.command](args)
 

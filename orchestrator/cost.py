@@ -55,8 +55,8 @@ class PriceTable:
         return cls(**{**asdict(cls()), **(overrides or {})})
 
 
-# The always-on parts as sessions 1-21 priced them, before they were sized to what they use:
-# a t3.medium orchestrator (its 2 x 20% baseline is more than it ever used) and a
+# The always-on parts as the first benchmarks priced them, before they were sized to what they
+# use: a t3.medium orchestrator (its 2 x 20% baseline is more than it ever used) and a
 # cache.t4g.small Redis. compare.py reports the $ at these prices beside the current ones.
 UNSIZED_FIXED_PRICES: dict[str, float] = {
     "orchestrator_hour_usd": 0.0416, "orchestrator_baseline_vcpu": 0.4, "redis_hour_usd": 0.034,

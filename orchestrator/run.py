@@ -75,16 +75,17 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
         from orchestrator.invokers.inline import InlineInvoker
 
         return InlineInvoker(max_workers=in_flight, timeout_s=cfg.function_timeout_s,
-                             fault_prob=cfg.fault_kill_prob)
+                             fault_prob=cfg.experimental.fault_kill_prob)
     if cfg.backend == "local":
         from orchestrator.invokers.local import LocalRuntimeInvoker
 
         return LocalRuntimeInvoker(
             cfg.function_prefix, cfg.actor_memory_mb, cfg.learner_memory_mb, cfg.function_timeout_s,
-            in_flight, environment={"REDIS_URL": function_redis_url}, zygote=cfg.runtime_zygote,
-            log_file=str(run_dir / "runtime.log"), fault_prob=cfg.fault_kill_prob,
-            invoke_latency_ms=cfg.runtime_invoke_latency_ms,
-            invoke_latency_sigma=cfg.runtime_invoke_latency_sigma,
+            in_flight, environment={"REDIS_URL": function_redis_url},
+            zygote=cfg.experimental.runtime_zygote,
+            log_file=str(run_dir / "runtime.log"), fault_prob=cfg.experimental.fault_kill_prob,
+            invoke_latency_ms=cfg.experimental.runtime_invoke_latency_ms,
+            invoke_latency_sigma=cfg.experimental.runtime_invoke_latency_sigma,
         )
     if cfg.backend == "lambda":
         from deploy.functions import HANDLERS
@@ -110,7 +111,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(
         {**cfg.public_dict(), "run_id": run_id, "run_dir": str(run_dir)}, indent=2))
-    rs = RunStore(store, run_id, keep_versions=cfg.keep_versions)
+    rs = RunStore(store, run_id, keep_versions=cfg.experimental.keep_versions)
     function_url = cfg.function_redis_url or store.url
     invoker = build_invoker(cfg, function_url, run_dir)
     try:

@@ -79,7 +79,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.redis_url = function_redis_url
         self.lock = threading.RLock()
-        self.adam_betas = (cfg.master_adam_beta1 if cfg.mode == "async" else 0.9, 0.999)
+        beta1 = cfg.experimental.master_adam_beta1 if cfg.mode == "async" else 0.9
+        self.adam_betas = (beta1, 0.999)
         self.master = MasterPolicy(cfg.env, cfg.policy, cfg.seed, cfg.hyper.learning_rate,
                                    adam_beta1=self.adam_betas[0])
         self.counters = Counters()
@@ -182,7 +183,8 @@ class Trainer:
             run_id=self.rs.run_id, redis_url=self.redis_url, invocation_id=f"a-{uuid.uuid4().hex[:16]}",
             env_id=self.cfg.env, n_envs=n_envs or self.cfg.n_envs, steps=steps or self.cfg.rollout_steps,
             seed=self.next_seed(), policy_version=version, gamma=self.cfg.hyper.gamma,
-            refresh_steps=self.cfg.actor_refresh_steps if self.cfg.mode == "async" else 0,
+            refresh_steps=(self.cfg.experimental.actor_refresh_steps
+                           if self.cfg.mode == "async" else 0),
             nice=self.cfg.actor_event_nice,
         ).to_event()
 
@@ -199,8 +201,8 @@ class Trainer:
             invocation_id=f"u-{uuid.uuid4().hex[:16]}", trajectory_ids=trajectory_ids,
             versions_in_flight=[version], hyper=hyper, target_version=version + 1,
             obs_stats=obs_stats, ret_stats=ret_stats, device=self.cfg.device, seed=self.next_seed(),
-            master_adam_betas=self.adam_betas, compile=self.cfg.learner_compile,
-            cuda_graph=self.cfg.learner_cuda_graphs, previews=previews,
+            master_adam_betas=self.adam_betas, compile=self.cfg.experimental.learner_compile,
+            cuda_graph=self.cfg.experimental.learner_cuda_graphs, previews=previews,
         ).to_event()
 
     def submit_warmup(self, batch_size: int, mode: str,
@@ -208,7 +210,7 @@ class Trainer:
         """Start a learner warm-up (:class:`functions.messages.LearnerWarmup`): its compile
         runs while the first rollouts are sampled, and the first update finds its environment
         warm. None when the learners do not compile."""
-        if not self.cfg.learner_compile:
+        if not self.cfg.experimental.learner_compile:
             return None
         event = LearnerWarmup(
             run_id=self.rs.run_id, redis_url=self.redis_url, mode=mode,
@@ -269,7 +271,7 @@ class Trainer:
                 self.counters.is_others_sum += float(payload.get("is_others_mean", 0.0))
             self.counters.previews += int(payload.get("previews", 0))
             # asked to compile and could not (no C++ compiler...): worth seeing in the summary
-            if self.cfg.learner_compile and payload.get("compiled") is False:
+            if self.cfg.experimental.learner_compile and payload.get("compiled") is False:
                 self.counters.learners_eager += 1
 
     # -- evaluation -------------------------------------------------------------------------

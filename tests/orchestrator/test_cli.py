@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli import build_parser, main, train_overrides
 from orchestrator.config import ConfigError, load_config
 
 
@@ -38,11 +38,47 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
         load_config(None, {"unknown_field": 1, "minutes": 1})
 
 
-def test_every_field_is_documented() -> None:
-    from orchestrator.config import TrainConfig
+def test_every_field_is_documented_in_one_line() -> None:
+    from orchestrator.config import AggregationConfig, ExperimentalConfig, TrainConfig
 
-    undocumented = [n for n, f in TrainConfig.model_fields.items() if not f.description]
-    assert not undocumented
+    for model in (TrainConfig, AggregationConfig, ExperimentalConfig):
+        for name, field in model.model_fields.items():
+            text = field.description or ""
+            assert text and "\n" not in text and len(text) <= 130, (model.__name__, name, text)
+
+
+def test_every_train_flag_has_help() -> None:
+    parser = build_parser()
+    train = next(a for a in parser._subparsers._group_actions  # type: ignore[union-attr]
+                 if a.dest == "command").choices["train"]
+    silent = [a.option_strings for a in train._actions if not a.help]
+    assert not silent
+
+
+def test_flags_and_set_reach_the_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args([
+        "train", "--minutes", "1", "--learners", "4", "--learner-batch-steps", "1024",
+        "--keep-checkpoints", "5", "--buffer-max", "3", "--no-bound-decay",
+        "--is-correction", "truncate", "--set", "aggregation.v0=2",
+        "--set", "experimental.learner_compile=false", "--set", "hyper.clip_coef=0.1"])
+    cfg = load_config(None, train_overrides(args))
+    assert (cfg.learners, cfg.learner_batch_steps, cfg.keep_checkpoints) == (4, 1024, 5)
+    assert (cfg.aggregation.buffer_max, cfg.aggregation.v0, cfg.aggregation.bound_decay) == (
+        3, 2, False)
+    assert cfg.h_max == 3 and cfg.experimental.learner_compile is False
+    assert (cfg.hyper.is_correction, cfg.hyper.clip_coef) == ("truncate", 0.1)
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_old_set_keys_move_and_flags_still_win(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args([
+        "train", "--minutes", "1", "--set", "learner_compile=false", "--set", "v0=3",
+        "--set", "staleness_weights=true", "--no-staleness-weights"])
+    cfg = load_config(None, train_overrides(args))
+    assert cfg.experimental.learner_compile is False and cfg.aggregation.v0 == 3
+    assert cfg.aggregation.staleness_weights is False  # the flag, over --set's old key
+    err = capsys.readouterr().err
+    assert "experimental.learner_compile" in err and "aggregation.v0" in err
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
