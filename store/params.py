@@ -48,7 +48,9 @@ local function hold(key, latest_key, holder, version, lease_ms)
   local holds, now = live_holds(key)
   local cur = redis.call('GET', latest_key)
   local pinned = version
-  if cur and cur ~= version then pinned = version .. ',' .. cur end
+  if cur and not string.find(',' .. version .. ',', ',' .. cur .. ',', 1, true) then
+    pinned = version .. ',' .. cur
+  end
   redis.call('HSET', key, holder, pinned .. ':' .. (now + tonumber(lease_ms)))
   local others = {}
   for h, list in pairs(holds) do
@@ -260,13 +262,13 @@ class ParamStore:
 
     # -- versions held by learners in flight ------------------------------------------------
     def fetch_and_hold_command(self, holder: str, version: int, lease_s: float,
-                               known_version: int | None) -> tuple[Any, list[str], list[Any]]:
+                               known_version: int | None, pin: tuple[int, ...] = (),
+                               ) -> tuple[Any, list[str], list[Any]]:
         """:meth:`hold` and :meth:`fetch_command` as one script (for callers pipelining it)."""
-        if lease_s <= 0:
-            raise ValueError("a hold's lease must be positive")
         known = "" if known_version is None else str(int(known_version))
         keys = [self.keys.params_held, self.keys.params_latest, self.keys.params_latest_blob]
-        return self._fetch_and_hold, keys, [holder, int(version), int(lease_s * 1000), known]
+        return self._fetch_and_hold, keys, [holder, _versions(version, pin),
+                                            _lease_ms(lease_s), known]
 
     def fetch_and_hold_reply(self, reply: Any) -> tuple[PolicySnapshot | None, dict[str, int]]:
         others, fetched = reply
@@ -278,14 +280,14 @@ class ParamStore:
         items = [x.decode() if isinstance(x, bytes) else str(x) for x in reply or []]
         return {items[i]: int(items[i + 1]) for i in range(0, len(items) - 1, 2)}
 
-    def hold(self, holder: str, version: int, lease_s: float) -> dict[str, int]:
+    def hold(self, holder: str, version: int, lease_s: float,
+             pin: tuple[int, ...] = ()) -> dict[str, int]:
         """Record that ``holder`` computes with ``version`` (pinned against eviction for
-        ``lease_s`` unless renewed or released) and return the versions the *other* holders
-        hold now, by holder: the policies IS truncation takes its minimum over."""
-        if lease_s <= 0:
-            raise ValueError("a hold's lease must be positive")
+        ``lease_s`` unless renewed or released, with the latest and the versions in ``pin``)
+        and return the versions the *other* holders hold now, by holder: the policies IS
+        truncation takes its minimum over."""
         keys = [self.keys.params_held, self.keys.params_latest]
-        args = [holder, int(version), int(lease_s * 1000)]
+        args = [holder, _versions(version, pin), _lease_ms(lease_s)]
         return self.hold_reply(self.store.call(
             lambda r: self._hold(keys=keys, args=args, client=r)))
 
@@ -420,6 +422,18 @@ class ParamStore:
     def _snapshot(self, version: int, blob: bytes) -> PolicySnapshot:
         tensors, meta = serde.decode(blob)
         return PolicySnapshot(version=version, tensors=tensors, meta=meta)
+
+
+def _versions(version: int, pin: tuple[int, ...]) -> str:
+    """A hold's versions: the one computed with first (what the others read), then the rest."""
+    rest = sorted({int(v) for v in pin} - {int(version)})
+    return ",".join(str(v) for v in (int(version), *rest))
+
+
+def _lease_ms(lease_s: float) -> int:
+    if lease_s <= 0:
+        raise ValueError("a hold's lease must be positive")
+    return int(lease_s * 1000)
 
 
 def _applied(latest: int, raw: bytes | str | None) -> Applied:

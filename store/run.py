@@ -70,13 +70,15 @@ class RunStore:
     def append_poll_and_hold(
         self, stream: Stream, meta: Mapping[str, Any], blob: bytes | None, dedupe_id: str | None,
         known_version: int | None, holder: str, held_version: int, lease_s: float,
+        pin: tuple[int, ...] = (),
     ) -> tuple[str | None, PolicySnapshot | None, dict[str, int]]:
         """:meth:`append_and_poll` plus ``params.hold(...)`` in the same round trip: a learner
-        among several renews the version it computes with and reads the others' (IS
-        truncation's policies) with each gradient it sends."""
+        among several renews the version it computes with (``pin``: more versions it may
+        still use) and reads the others' (IS truncation's policies) with each gradient."""
         append_reply, fetch_hold_reply = self._run_scripts([
             stream.append_command(meta, blob, dedupe_id),
-            self.params.fetch_and_hold_command(holder, held_version, lease_s, known_version)])
+            self.params.fetch_and_hold_command(holder, held_version, lease_s, known_version,
+                                               pin=pin)])
         snap, others = self.params.fetch_and_hold_reply(fetch_hold_reply)
         return Stream.append_reply(append_reply), snap, others
 

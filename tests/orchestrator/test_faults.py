@@ -55,6 +55,38 @@ def test_twenty_percent_of_functions_killed(tmp_path: Path, redis_url: str) -> N
     assert len(ids) == len(set(ids)) == summary["grads_applied"] > 0
 
 
+# The paper's path: four learners stream gradients for the aggregator, each holding (pinning)
+# the version it computes with; one env per actor, as the paper's 16 actors sample.
+FOUR_LEARNERS = {"learners": 4, "actors": 8, "n_envs": 1}
+
+
+def _no_version_pinned(redis_url: str, run_id: str) -> None:
+    assert RunStore(Store(redis_url), run_id).params.held() == {}
+
+
+def test_four_learners_with_killed_functions(tmp_path: Path, redis_url: str) -> None:
+    """Learners killed mid-stream at the paper's shape: retried with the same id, their
+    gradients applied at most once, their holds released, the round counter counting each
+    batch once."""
+    run_dir = tmp_path / "four-faults"
+    cfg = load_config(None, {**SMALL, **FOUR_LEARNERS, "backend": "local",
+                             "run_dir": str(run_dir), "redis_url": redis_url,
+                             "total_steps": 8192, "fault_kill_prob": 0.2, **KILL_DRILL})
+    assert cfg.training_path == "aggregation (4 learners)"
+    summary = train(cfg)
+    assert summary["env_steps"] >= 8192
+    assert summary["failures"]["actor"] + summary["failures"]["learner"] > 0
+    ids = _applied_ids(run_dir)
+    assert len(ids) == len(set(ids)) == summary["grads_applied"] > 0
+    _no_version_pinned(redis_url, summary["run_id"])
+    # rounds count batches that finished, once each: a killed and retried batch is not
+    # counted twice, so the learners consumed no more than was sampled
+    assert summary["rounds"] == summary["learner_steps_consumed"] // 512
+    assert summary["learner_steps_consumed"] <= summary["env_steps"]
+    assert summary["learner_steps_consumed"] % 128 == 0  # whole trajectories of 1 x 128
+    assert summary["is_versions_missing"] == 0, summary["last_errors"]
+
+
 def test_injected_faults_inline(tmp_path: Path, redis_url: str) -> None:
     run_dir = tmp_path / "inline-faults"
     cfg = load_config(None, {**SMALL, "backend": "inline", "run_dir": str(run_dir),
@@ -65,12 +97,13 @@ def test_injected_faults_inline(tmp_path: Path, redis_url: str) -> None:
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("publishes", [False, True], ids=["aggregator", "learner-publishes"])
-def test_redis_restart_mid_run(tmp_path: Path, publishes: bool) -> None:
+@pytest.mark.parametrize("publishes,shape", [(False, {}), (True, {}), (False, FOUR_LEARNERS)],
+                         ids=["aggregator", "learner-publishes", "four-learners"])
+def test_redis_restart_mid_run(tmp_path: Path, publishes: bool, shape: dict) -> None:
     """Kill the real redis-server mid-run and start it again, empty, on the same port."""
     server = EmbeddedRedis().start()
     run_dir = tmp_path / "redis-restart"
-    cfg = load_config(None, {**SMALL, "backend": "inline", "run_dir": str(run_dir),
+    cfg = load_config(None, {**SMALL, **shape, "backend": "inline", "run_dir": str(run_dir),
                              "redis_url": server.url, "minutes": 0.5,
                              "learner_publishes": publishes})
     # versions count Adam steps (8 an update) or, with a publishing learner, updates
@@ -93,6 +126,7 @@ def test_redis_restart_mid_run(tmp_path: Path, publishes: bool) -> None:
     server.start()
     t.join(timeout=180)
     state = rs.get_state("optimizer")
+    held_after = rs.params.held()
     server.close()
     assert not t.is_alive(), "the run must not block forever"
     assert result, "train() raised instead of riding out the outage"
@@ -108,6 +142,8 @@ def test_redis_restart_mid_run(tmp_path: Path, publishes: bool) -> None:
     assert result["redis_recoveries"] >= 1, result["last_errors"]
     ids = _applied_ids(run_dir)
     assert len(ids) == len(set(ids))
+    # with several learners, they held their versions on the new server too, and let go
+    assert held_after == {}
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])

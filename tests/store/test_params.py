@@ -211,3 +211,16 @@ def test_hold_rejects_a_lease_of_zero(store: Store, run_id: str) -> None:
     ps = ParamStore(store, run_id)
     with pytest.raises(ValueError, match="lease"):
         ps.hold("x", 0, lease_s=0)
+
+
+def test_a_hold_pins_the_versions_it_may_still_use(store: Store, run_id: str) -> None:
+    ps = ParamStore(store, run_id, keep=3)
+    for v in range(3):
+        ps.publish(v, _tensors(v))
+    ps.keep = 1  # from here the window is one version
+    # computing with 1, already given 2 to switch to: both pinned; the others read 1
+    ps.hold("a", 1, lease_s=60, pin=(2, 1))
+    assert ps.hold("b", 2, lease_s=60) == {"a": 1}
+    for v in range(3, 6):
+        ps.publish(v, _tensors(v))
+    assert ps.retained_versions() == [1, 2, 5]

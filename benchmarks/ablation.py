@@ -1,0 +1,264 @@
+"""The paper's ablation at the paper's shape: what each staleness mechanism buys.
+
+Every run is ``stellaris train --preset paper`` (16 actors x 1 env x 256 steps, 4 learners
+whose per-minibatch gradients the orchestrator aggregates) for the same env-step budget, one
+at a time (never two runs at once: they share the cores), in these variants:
+
+- ``full``: IS truncation (``decoupled``), staleness weights ``1/sqrt(delta)``, decaying bound;
+- ``no-is``: ``--is-correction none`` (PPO on the behaviour ratio, no truncation);
+- ``no-weights``: ``--no-staleness-weights`` (every gradient weight 1);
+- ``no-bound``: ``--no-bound-decay`` (beta stays delta_max);
+- ``naive``: none of the three (plain asynchronous gradients);
+- ``sync``: our sync PPO at the same batch (16 actors x 1 env x 128 steps = 2,048 a round).
+
+On a small machine wall-clock is not the paper's, but staleness in versions is set by how many
+learners and actors are in flight, so the measure is the return per env step: the mean return
+of the last 100 training episodes when each run passes fixed env-step points. Each run writes
+a record (kind ``ablation``); ``--report`` (or the end of a run) writes one ``ablation-verdict``
+record per env: per variant the mean over seeds with a bootstrap interval, its ratio to
+``full``, and a verdict — *helps* when full's lead over the variant has an interval above 0,
+*hurts* when below, else *no effect* — plus the line a script reads::
+
+    paper shape vs sync at 1M env steps, Hopper-v5: 0.95x (truncated 62%)
+
+    python benchmarks/ablation.py --envs Hopper-v5 --seeds 101 102 --steps 300000
+    python benchmarks/ablation.py --quick                   # Hopper-v5, 1 seed, 60k steps
+    python benchmarks/ablation.py --report --envs Hopper-v5 --steps 300000   # no runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.records import command_line, records_dir, write_record  # noqa: E402
+
+VARIANTS: dict[str, list[str]] = {
+    "full": [],
+    "no-is": ["--is-correction", "none"],
+    "no-weights": ["--no-staleness-weights"],
+    "no-bound": ["--no-bound-decay"],
+    "naive": ["--is-correction", "none", "--no-staleness-weights", "--no-bound-decay"],
+    "sync": ["--mode", "sync", "--rollout-steps", "128"],
+}
+ENVS = ["Hopper-v5", "Walker2d-v5", "Humanoid-v5"]  # the demo's three
+KIND = "ablation"
+
+
+def run_command(env: str, variant: str, seed: int, steps: int, run_dir: Path,
+                backend: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from orchestrator.cli import main; "
+            "sys.exit(main())", "train", "--preset", "paper", "--env", env, "--seed", str(seed),
+            "--total-steps", str(steps), "--backend", backend, "--run-dir", str(run_dir),
+            "--restart", "--progress", "plain", "--eval-interval-s", "0", *VARIANTS[variant]]
+
+
+def points(steps: int) -> list[int]:
+    """The env-step points a curve is read at: quarters of the budget."""
+    return [steps * q // 4 for q in (1, 2, 3, 4)]
+
+
+def return_at(rows: list[dict[str, str]], env_steps: int) -> float | None:
+    """The mean return of the last 100 episodes at the first row at or past ``env_steps``
+    (the last row if the run stopped a little short of its budget)."""
+    for row in rows:
+        if int(float(row["env_steps"])) >= env_steps and row.get("episodic_return"):
+            return float(row["episodic_return"])
+    last = [r for r in rows if r.get("episodic_return")]
+    if last and int(float(last[-1]["env_steps"])) >= 0.95 * env_steps:
+        return float(last[-1]["episodic_return"])
+    return None
+
+
+def summarise(run_dir: Path, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary fields, curve points) of one finished run folder."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    with open(run_dir / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    staleness = summary.get("staleness_mean") or {}
+    out = {
+        "env_steps": summary["env_steps"], "versions": summary["version"],
+        "wall_s": round(summary["wall_s"], 1), "sps": round(summary["sps"], 1),
+        "final_return": summary.get("mean_return"),
+        "traj_staleness_mean": staleness.get("traj"), "grad_staleness_mean": staleness.get("grad"),
+        "truncated_frac": summary.get("is_truncated_frac_mean"),
+        "is_others_mean": summary.get("is_others_mean"),
+        "is_versions_missing": summary.get("is_versions_missing"),
+        "rounds": summary.get("rounds"), "aggregations": summary.get("aggregations"),
+        "failures": sum((summary.get("failures") or {}).values()),
+    }
+    hist = summary.get("staleness_hist") or {}
+    curve = {
+        "return_at_env_steps": {str(p): return_at(rows, p) for p in points(steps)},
+        # whole-run staleness histograms, condensed to percentiles (versions)
+        "staleness_percentiles": {k: _percentiles(v) for k, v in hist.items() if v},
+        "bound_trajectory": (summary.get("bound_trajectory") or [])[:: max(1, len(
+            summary.get("bound_trajectory") or []) // 20)],
+    }
+    return out, curve
+
+
+def _percentiles(hist: dict[str, int]) -> dict[str, int]:
+    values = sorted((int(k), n) for k, n in hist.items())
+    total = sum(n for _, n in values)
+    out, seen = {}, 0
+    marks = iter((50, 90, 99, 100))
+    mark = next(marks)
+    for v, n in values:
+        seen += n
+        while mark is not None and seen >= total * mark / 100:
+            out[f"p{mark}"] = v
+            mark = next(marks, None)
+    return out
+
+
+def bootstrap(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(reps))
+    return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
+
+
+def verdict(full: list[float], other: list[float]) -> str:
+    """How removing a mechanism changes the return: by the interval of full's lead."""
+    if len(full) < 2 or len(other) < 2:
+        return "too few seeds"
+    diffs = [a - b for a in full for b in other]
+    lo, hi = bootstrap(diffs)
+    if lo > 0:
+        return "helps"
+    if hi < 0:
+        return "hurts"
+    return "no effect"
+
+
+def load_runs(records: Path, env: str, steps: int) -> dict[str, list[dict[str, Any]]]:
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((records / KIND / env).glob(f"*-{steps}.json")):
+        rec = json.loads(path.read_text())
+        by_variant.setdefault(rec["summary"]["variant"], []).append(rec)
+    return by_variant
+
+
+def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
+    """Write the env's verdict record; returns the lines it printed."""
+    runs = load_runs(records, env, steps)
+    at = str(points(steps)[-1])
+
+    def finals(variant: str) -> list[float]:
+        return [r["curve_points"]["return_at_env_steps"].get(at) for r in runs.get(variant, [])
+                if r["curve_points"]["return_at_env_steps"].get(at) is not None]
+
+    full = finals("full")
+    rows, lines = [], []
+    for variant in VARIANTS:
+        vals = finals(variant)
+        if not vals:
+            continue
+        lo, hi = bootstrap(vals)
+        trunc = [r["summary"]["truncated_frac"] for r in runs[variant]
+                 if r["summary"].get("truncated_frac") is not None]
+        rows.append({
+            "variant": variant, "seeds": len(vals),
+            f"return at {int(at):,} env steps": {"mean": statistics.fmean(vals), "lo": lo,
+                                                 "hi": hi, "n": len(vals)},
+            "vs full": statistics.fmean(vals) / statistics.fmean(full) if full else None,
+            "verdict (removing it)": ("reference" if variant == "full" else
+                                      "baseline" if variant == "sync" else verdict(full, vals)),
+            "truncated %": 100 * statistics.fmean(trunc) if trunc else None,
+            "grad staleness": _mean(runs[variant], "grad_staleness_mean"),
+            "traj staleness": _mean(runs[variant], "traj_staleness_mean"),
+            "missing versions": sum(r["summary"].get("is_versions_missing") or 0
+                                    for r in runs[variant]),
+        })
+    sync = finals("sync")
+    if full and sync:
+        trunc = [r["summary"]["truncated_frac"] for r in runs["full"]
+                 if r["summary"].get("truncated_frac") is not None]
+        budget = "1M" if int(at) == 1_000_000 else f"{int(at):,}"
+        lines.append(f"paper shape vs sync at {budget} env steps, {env}: "
+                     f"{statistics.fmean(full) / statistics.fmean(sync):.2f}x "
+                     f"(truncated {100 * statistics.fmean(trunc) if trunc else float('nan'):.0f}%)")
+    for line in lines:
+        print(line)
+    if rows:
+        write_record("ablation-verdict", command_line("benchmarks/ablation.py", argv),
+                     {"env": env, "env_steps": steps, "lines": lines}, None,
+                     benchmark="ablation-verdict", name=f"{env}-{steps}", rows=rows,
+                     path="aggregation (4 learners) vs sync", records=records)
+    return lines
+
+
+def _mean(runs: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r["summary"][key] for r in runs if r["summary"].get(key) is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--envs", nargs="+", help=f"gymnasium ids (default: {' '.join(ENVS)})")
+    p.add_argument("--seeds", type=int, nargs="+", help="seeds (default 101 102 103)")
+    p.add_argument("--steps", type=int, help="env steps per run (default 1,000,000)")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                   help="which variants to run (default: all)")
+    p.add_argument("--backend", default="local", choices=["inline", "local", "ray"],
+                   help="where the functions run (default: the local Lambda runtime)")
+    p.add_argument("--quick", action="store_true",
+                   help="Hopper-v5, one seed, 60k env steps: a few minutes a variant")
+    p.add_argument("--report", action="store_true", help="no runs: the verdicts from records")
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "ablation"),
+                   help="run folders (git-ignored)")
+    p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                   "benchmarks/records)")
+    args = p.parse_args(argv)
+    envs = args.envs or (["Hopper-v5"] if args.quick else ENVS)
+    seeds = args.seeds or ([101] if args.quick else [101, 102, 103])
+    steps = args.steps or (60_000 if args.quick else 1_000_000)
+    records = records_dir(args.records)
+    for env in envs:
+        if not args.report:
+            for seed in seeds:
+                for variant in args.variants:
+                    run_one(env, variant, seed, steps, args, argv, records)
+        report(records, env, steps, argv)
+    return 0
+
+
+def run_one(env: str, variant: str, seed: int, steps: int, args: argparse.Namespace,
+            argv: list[str], records: Path) -> None:
+    run_dir = Path(args.out) / env / f"{variant}-seed{seed}-{steps}"
+    cmd = run_command(env, variant, seed, steps, run_dir, args.backend)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if proc.returncode != 0 or not (run_dir / "summary.json").exists():
+        print(f"{env} {variant} seed {seed}: failed (exit {proc.returncode})\n"
+              f"{proc.stderr[-2000:]}", file=sys.stderr)
+        return
+    summary, curve = summarise(run_dir, steps)
+    summary.update(variant=variant, seed=seed, env=env, process_s=round(took, 1))
+    write_record(KIND, " ".join(["python", "-m", "orchestrator.cli", *cmd[3:]]), summary, curve,
+                 benchmark=f"{KIND}/{env}", name=f"{variant}-seed{seed}-{steps}",
+                 run_dir=run_dir, records=records)
+    at = str(points(steps)[-1])
+    print(f"{env} {variant} seed {seed}: return {curve['return_at_env_steps'].get(at)} at "
+          f"{int(at):,} env steps, {summary['versions']} versions, truncated "
+          f"{summary['truncated_frac']}, {took:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
