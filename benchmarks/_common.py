@@ -148,24 +148,3 @@ def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
 def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run_dir) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def rewrite_section(results: Path, heading: str, body: list[str], keep_marker: str) -> None:
-    """Replace the section ``heading`` of a Markdown file (up to the next ``## `` heading) by
-    ``body``, or append it; whatever follows ``keep_marker`` inside the old section (the
-    hand-written notes) survives regeneration."""
-    text = results.read_text() if results.exists() else "# Benchmark results\n"
-    section = "\n".join([heading, "", *body]).rstrip() + "\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == heading), None)
-    if start is None:
-        new = text.rstrip() + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        old = "".join(lines[start:end])
-        if keep_marker in old:
-            section += "\n" + old[old.index(keep_marker):].rstrip() + "\n"
-        tail = "".join(lines[end:])
-        new = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    results.write_text(new)

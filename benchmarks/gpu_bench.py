@@ -14,7 +14,8 @@ Two measurements, each side by side on one machine (ratios, not absolute times):
 
     python benchmarks/gpu_bench.py --out benchmarks/out/gpu/gpu_bench.json
 
-Without CUDA it measures the CPU rows only and says so.
+Without CUDA it measures the CPU rows only and says so. Writes the JSON to ``--out`` and one
+record (kind ``gpu``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks.records import command_line, write_record  # noqa: E402
 from functions import actor  # noqa: E402
 from functions import learner as L  # noqa: E402
 from functions.adam import FlatAdam  # noqa: E402
@@ -125,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--widths", type=int, nargs="+", default=[64, 256, 1024])
     p.add_argument("--repeats", type=int, default=3, help="warm learner invocations per row")
     p.add_argument("--out", type=Path, default=Path("benchmarks/out/gpu/gpu_bench.json"))
+    p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                   "benchmarks/records)")
+    p.add_argument("--no-record", action="store_true", help="write no record")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -161,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {a.out}")
+    if not a.no_record:
+        print(write_record("gpu", command_line("benchmarks/gpu_bench.py", argv),
+                           {k: v for k, v in result.items()
+                            if k not in ("torch", "python", "cpu_count")}, records=a.records))
     return 0
 
 

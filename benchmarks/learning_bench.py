@@ -6,8 +6,9 @@ same PPO hyper-parameters, same backend and same price table; only the mode diff
     .venv/bin/python benchmarks/learning_bench.py --env Hopper-v5 --minutes 3 --seeds 1 2 \
         [--backend local] [--out benchmarks/out/learning]
 
-Writes per-run folders, ``learning.json``, ``return_vs_{wall,steps,cost}.png`` and the section
-"## Learning: async vs sync" of benchmarks/RESULTS.md.
+Writes per-run folders, ``learning.json`` and ``return_vs_{wall,steps,cost}.png`` under
+``--out``, and one record (kind ``learning``: the table below, each mode's training path) that
+``benchmarks/report.py`` renders.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +24,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "## Learning: async vs sync"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.records import command_line, run_training_path, write_record  # noqa: E402
+from benchmarks.report_render import cell, md_table  # noqa: E402
 
 
 def run_one(mode: str, env: str, minutes: float, seed: int, backend: str, out: Path) -> Path:
@@ -50,15 +53,17 @@ def at(c: dict[str, np.ndarray], t: float) -> float | None:
     return None if idx < 0 else float(c["episodic_return"][idx])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="Hopper-v5")
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--backend", default="local")
     ap.add_argument("--out", default="benchmarks/out/learning")
-    ap.add_argument("--no-results", action="store_true", help="don't touch RESULTS.md")
-    args = ap.parse_args()
+    ap.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                    "benchmarks/records)")
+    ap.add_argument("--no-record", action="store_true", help="write no record")
+    args = ap.parse_args(argv)
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
@@ -101,33 +106,24 @@ def main() -> None:
         }
     (out / "learning.json").write_text(json.dumps(report, indent=2))
 
-    def ms(xs: list[float | None], fmt: str = "{:.0f}") -> str:
+    def ms(xs: list[float | None]) -> dict[str, float | None]:
         v = [x for x in xs if x is not None]
-        if not v:
-            return "-"
-        return f"{fmt.format(np.mean(v))} ± {fmt.format(np.std(v))}"
+        return {"mean": float(np.mean(v)) if v else None, "sd": float(np.std(v)) if v else None}
 
-    lines = [SECTION, "", "Command (repo root; sequential runs, load average at start "
-             f"{load:.2f}):", "",
-             f"    .venv/bin/python benchmarks/learning_bench.py --env {args.env} "
-             f"--minutes {args.minutes:g} --seeds {' '.join(map(str, args.seeds))} --backend {args.backend}",
-             "", f"{args.env}, {len(args.seeds)} seeds, {args.minutes:g} min each, backend "
-             f"`{args.backend}`, default config (2 actors x 8 envs x 256 steps, 1 learner, 64x64).",
-             "", "| mode | " + " | ".join(f"return @ {p / 60:g} min" for p in points)
-             + " | env steps/s | env steps | $ per run |",
-             "|---|" + "---|" * (len(points) + 3)]
-    for mode, r in report.items():
-        lines.append(f"| {mode} | " + " | ".join(ms(r["return_at"][str(p)]) for p in points)
-                     + f" | {ms(r['sps'])} | {ms(r['env_steps'])} | {ms(r['cost_usd'], '{:.4f}')} |")
-    lines += ["", f"Figures: `{args.out}/return_vs_wall.png`, `return_vs_env.png`, `return_vs_cost.png`.", ""]
-    print("\n".join(lines))
-    if not args.no_results:
-        path = ROOT / "benchmarks" / "RESULTS.md"
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        pattern = re.compile(rf"{re.escape(SECTION)}\n.*?(?=\n## |\Z)", re.S)
-        block = "\n".join(lines).rstrip() + "\n"
-        text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block
-        path.write_text(text)
+    rows = [{"mode": mode, **{f"return @ {p / 60:g} min": ms(r["return_at"][str(p)])
+                              for p in points},
+             "env steps/s": ms(r["sps"]), "env steps": ms(r["env_steps"]),
+             "$ per run": ms(r["cost_usd"])} for mode, r in report.items()]
+    print("\n".join(md_table(list(rows[0]), [[cell(v) for v in r.values()] for r in rows])))
+    if not args.no_record:
+        print(write_record(
+            "learning", command_line("benchmarks/learning_bench.py", argv),
+            {"env": args.env, "minutes": args.minutes, "seeds": args.seeds,
+             "backend": args.backend, "load_before": load}, rows=rows, records=args.records,
+            path="; ".join(f"{m}: {run_training_path(d[0])}" for m, d in runs.items()),
+            extra={"title": f"{args.env}, {args.minutes:g} min, seeds "
+                            f"{' '.join(map(str, args.seeds))}, backend {args.backend}",
+                   "paths": {m: run_training_path(d[0]) for m, d in runs.items()}}))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ orchestrator/ or functions/ code:
     python benchmarks/profile_async.py --backend local --minutes 1 --out benchmarks/out/profile
     python benchmarks/profile_async.py --backend inline --minutes 1 --out benchmarks/out/profile
 
-Prints a table (microseconds per env step) and writes ``breakdown.json`` and pyinstrument
-text/HTML reports into ``--out``.
+Prints a table (microseconds per env step), writes ``breakdown.json`` and pyinstrument
+text/HTML reports into ``--out``, and one record (kind ``profile``: a row per component).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pyinstrument import Profiler  # noqa: E402
 from pyinstrument.renderers import ConsoleRenderer, HTMLRenderer  # noqa: E402
 from pyinstrument.session import Session  # noqa: E402
 
+from benchmarks.records import command_line, write_record  # noqa: E402
 from functions.messages import LearnerWarmup, event_schema  # noqa: E402
 from orchestrator import async_loop, run  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
@@ -241,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any TrainConfig field, e.g. --set publish_interval_ms=10")
     p.add_argument("--out", default="benchmarks/out/profile")
+    p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                   "benchmarks/records)")
+    p.add_argument("--no-record", action="store_true", help="write no record")
     a = p.parse_args(argv)
     name = a.backend + (f"-H{a.buffer_max}" if a.buffer_max else "") + "".join(
         f"-{kv.replace('=', '')}" for kv in a.set)
@@ -318,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"overhead (store + invocation + aggregation): {overhead:.2f} s = "
           f"{100 * breakdown['overhead_frac_of_busy']:.1f}% of busy time, "
           f"{100 * breakdown['overhead_frac_of_2core_wall']:.1f}% of 2 cores x wall")
+    if not a.no_record:
+        rows = [{"component": k, "s": v, "µs per env step": v * us} for k, v in rows.items()]
+        rows += [{"component": "wall-clock", "s": wall, "µs per env step": wall * us}]
+        kept = {k: v for k, v in breakdown.items()
+                if k not in ("seconds", "us_per_env_step", "profiles")}
+        print(write_record("profile", command_line("benchmarks/profile_async.py", argv), kept,
+                           rows=rows, run_dir=out / "run", records=a.records,
+                           extra={"title": f"{a.env} async, backend {a.backend}"}))
     return 0
 
 

@@ -5,7 +5,7 @@ state-independent log-std (``free_log_std=True``), train batch 2048 (``n_envs x 
 minibatch 64 (2048 / 32), 10 epochs, Adam lr 3e-4, gamma 0.995 (our default), lambda 0.95, clip
 0.2, vf coefficient 0.5, entropy bonus 0.003 (our default), global-norm gradient clip 0.5, no KL
 penalty, and observation normalisation through the ``MeanStdFilter`` env-to-module connector
-(clip 10). Not matchable in RLlib without custom code, and said so in RESULTS.md: CleanRL's
+(clip 10). Not matchable in RLlib without custom code (every comparison says so): CleanRL's
 reward scaling (RLlib has no return normaliser connector), the clipped value loss of CleanRL
 (RLlib's ``vf_clip_param`` clips the *loss*; set very large here so the value function can learn
 on unscaled Hopper returns), orthogonal init, and Adam eps 1e-5 (RLlib: 1e-8).

@@ -6,6 +6,8 @@ through httpx next to a bare uvicorn echo endpoint (the floor, same clients); th
 and without the zygote.
 
     python benchmarks/runtime_bench.py [--n 300] [--seconds 3] [--json out.json]
+
+Writes one record (kind ``runtime``) with every figure printed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import boto3  # noqa: E402
 import httpx  # noqa: E402
 from botocore.config import Config  # noqa: E402
 
+from benchmarks.records import command_line, write_record  # noqa: E402
 from runtime import LocalRuntime  # noqa: E402
 from runtime.launcher import free_port  # noqa: E402
 
@@ -136,6 +139,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--cold-tries", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                    "benchmarks/records)")
+    ap.add_argument("--no-record", action="store_true", help="write no record")
     args = ap.parse_args()
     results: dict[str, object] = {}
 
@@ -179,6 +185,9 @@ def main() -> int:
     print(text)
     if args.json:
         Path(args.json).write_text(text)
+    if not args.no_record:
+        print(write_record("runtime", command_line("benchmarks/runtime_bench.py", None), results,
+                           records=args.records))
     return 0
 
 

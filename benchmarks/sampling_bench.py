@@ -10,6 +10,8 @@
    On CPU always; on CUDA too when a GPU is present.
 
     .venv/bin/python benchmarks/sampling_bench.py [--repeats 7] [--out benchmarks/out/sampling.json]
+
+Writes the JSON to ``--out`` and one record (kind ``sampling``) with its figures.
 """
 
 from __future__ import annotations
@@ -19,16 +21,20 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.records import command_line, write_record  # noqa: E402
 from functions import actor, learner, ppo  # noqa: E402
 from functions.behaviour import behaviour_sampler  # noqa: E402
 from functions.envs import make_vec_env  # noqa: E402
@@ -162,6 +168,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/sampling.json"))
+    ap.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                    "benchmarks/records)")
+    ap.add_argument("--no-record", action="store_true", help="write no record")
     args = ap.parse_args()
     torch.set_num_threads(1)
     server = EmbeddedRedis().start()
@@ -194,6 +203,11 @@ def main() -> None:
         print(f"learner invocation [{d}]: {li['samples_per_s']:.0f} samples/s "
               f"({li['gradients_per_s']:.0f} gradients/s), timings {li['timings_median']}")
     print(f"wrote {args.out}")
+    if not args.no_record:
+        print(write_record("sampling", command_line("benchmarks/sampling_bench.py", None),
+                           {k: v for k, v in result.items()
+                            if k not in ("torch", "python", "cpu_count")},
+                           records=args.records))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ the cores (``--parallel``) and the machine's load does not enter the result.
 
     python benchmarks/staleness_study.py --seeds 1 2 3 4 --steps 600000 --parallel 2
 
-Writes ``<out>/study.json`` and the section ``## Staleness study`` of
-``benchmarks/RESULTS.md``; ``--report-only`` rebuilds both from the run folders.
+Writes ``<out>/study.json`` and one record (kind ``staleness``: the table below);
+``--report-only`` rebuilds both from the run folders.
 """
 
 from __future__ import annotations
@@ -27,10 +27,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import rewrite_section  # noqa: E402
+from benchmarks.records import command_line, write_record  # noqa: E402
 
-SECTION = "## Staleness study (lean PPO with pipeline lag)"
-KEEP = "<!-- staleness_study.py keeps what follows: hand-written notes -->"
+LEGEND = ("Lean PPO, one process per run; returns = mean of the last 100 training episodes, "
+          "read at an env-step count, so the machine's load does not enter. `lagN`: each update "
+          "learns the rollout sampled N updates earlier; `learnerV`: GAE targets from the "
+          "learner's critic; `gdelayN`: each gradient taken at the weights of N Adam steps "
+          "earlier; `beta1`: Adam's momentum. Steps to a target: mean ± sd over the seeds that "
+          "reached it (how many, when not all).")
 
 # name -> (lag, lean_ppo.py flags); each pins every setting it is about, so a change of
 # defaults does not change what a row means.
@@ -42,7 +46,7 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
     "lag1-truncate-learnerV": (1, ["--is-correction", "truncate", "--hyper", "gae_values=learner"]),
     "lag1-decoupled-learnerV": (1, ["--is-correction", "decoupled", "--hyper", "gae_values=learner"]),
     "lag0-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper", "gae_values=learner"]),
-    # + the gradient staleness of the async system (mean ~6 versions, benchmarks/RESULTS.md)
+    # + the gradient staleness of the async system when it aggregated (mean ~6 versions)
     "lag1-decoupled-learnerV-gdelay6": (1, ["--is-correction", "decoupled", "--hyper",
                                             "gae_values=learner", "--grad-delay", "6"]),
     # ... with less explicit momentum: asynchrony adds implicit momentum (Mitliagkas et al. 2016)
@@ -67,13 +71,13 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
                                          "gae_values=learner", "--rollout-steps", "128",
                                          "--hyper", "num_minibatches=16"]),
     # actors sample with a linear extrapolation of the weights one update ahead — a guess at
-    # the weights their data will be learned at — instead of the latest (session 8)
+    # the weights their data will be learned at — instead of the latest
     "lag1-decoupled-learnerV-extrap1": (1, ["--is-correction", "decoupled", "--hyper",
                                             "gae_values=learner", "--extrapolate", "1.0"]),
     "lag1-decoupled-learnerV-extrap0.5": (1, ["--is-correction", "decoupled", "--hyper",
                                               "gae_values=learner", "--extrapolate", "0.5"]),
     # the actors start sampling batch k+1 once the learner is E of its 10 epochs into batch k:
-    # the data is (10 - E) / 10 of an update old instead of a whole one (session 9)
+    # the data is (10 - E) / 10 of an update old instead of a whole one
     "pub2-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper",
                                     "gae_values=learner", "--publish-epoch", "2"]),
     "pub5-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper",
@@ -119,23 +123,17 @@ def _ms(xs: list[float | None], scale: float = 1.0) -> str:
     return f"{np.mean(v):.0f} ± {np.std(v):.0f}" if v else "-"
 
 
-def report(env: str, out: Path, seeds: list[int], steps: int) -> list[str]:
+def table(out: Path, seeds: list[int]) -> tuple[list[str], list[list[str]]]:
+    """The study's table from the run folders (``study.json`` beside them): per variant, the
+    return at each checkpoint and the k env steps to each target."""
     rows: dict[str, list[dict[str, object]]] = {}
     for name in VARIANTS:
         runs = [out / name / f"seed{s}" for s in seeds]
         rows[name] = [summarise(r) for r in runs if (r / "summary.json").exists()]
     (out / "study.json").write_text(json.dumps(rows, indent=2))
-    lines = [SECTION, "", f"`python benchmarks/staleness_study.py --env {env} --seeds "
-             f"{' '.join(map(str, seeds))} --steps {steps}` (lean PPO, one process per run; "
-             "returns = mean of the last 100 training episodes, read at an env-step count, so "
-             "the machine's load does not enter). `lagN`: each update learns the rollout "
-             "sampled N updates earlier; `learnerV`: GAE targets from the learner's critic; "
-             "`gdelayN`: each gradient taken at the weights of N Adam steps earlier; `beta1`: "
-             "Adam's momentum. Steps to a target: mean ± sd over the seeds that reached it "
-             "(how many, when not all).", "",
-             "| variant | seeds | " + " | ".join(f"return @ {c // 1000}k steps" for c in CHECKPOINTS)
-             + " | " + " | ".join(f"k steps to {t}" for t in TARGETS) + " |",
-             "|---|---|" + "---|" * (len(CHECKPOINTS) + len(TARGETS))]
+    head = (["variant", "seeds"] + [f"return @ {c // 1000}k steps" for c in CHECKPOINTS]
+            + [f"k steps to {t}" for t in TARGETS])
+    body = []
     for name, rs in rows.items():
         if not rs:
             continue
@@ -144,8 +142,16 @@ def report(env: str, out: Path, seeds: list[int], steps: int) -> list[str]:
             hit = [r["steps_to"][str(t)] for r in rs]  # type: ignore[index]
             n = sum(h is not None for h in hit)
             cells.append(_ms(hit, 1000) + ("" if n == len(rs) else f" ({n}/{len(rs)})"))
-        lines.append(f"| {name} | {len(rs)} | " + " | ".join(cells) + " |")
-    return lines + [""]
+        body.append([name, str(len(rs)), *cells])
+    return head, body
+
+
+def report(env: str, out: Path, seeds: list[int], steps: int) -> list[str]:
+    head, body = table(out, seeds)
+    return [f"`python benchmarks/staleness_study.py --env {env} --seeds "
+            f"{' '.join(map(str, seeds))} --steps {steps}`: {LEGEND}", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(cells) + " |" for cells in body), ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,18 +163,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=2, help="runs at once (env steps, not time)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "staleness"))
     p.add_argument("--report-only", action="store_true")
-    p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
-    p.add_argument("--no-results", action="store_true", help="don't touch RESULTS.md")
+    p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                   "benchmarks/records)")
+    p.add_argument("--no-record", action="store_true", help="write no record")
     a = p.parse_args(argv)
     out = Path(a.out) / a.env
     if not a.report_only:
         jobs = [(name, s) for s in a.seeds for name in a.variants]
         with ThreadPoolExecutor(a.parallel) as pool:
             list(pool.map(lambda j: run_one(a.env, j[0], j[1], a.steps, out), jobs))
-    lines = report(a.env, out, a.seeds, a.steps)
-    print("\n".join(lines))
-    if not a.no_results:
-        rewrite_section(Path(a.results), SECTION, lines[2:], KEEP)
+    print("\n".join(report(a.env, out, a.seeds, a.steps)))
+    if not a.no_record:
+        head, body = table(out, a.seeds)
+        print(write_record(  # every run is the lean PPO: no Stellaris training path
+            "staleness", command_line("benchmarks/staleness_study.py", argv),
+            {"env": a.env, "seeds": a.seeds, "steps": a.steps},
+            rows=[dict(zip(head, cells, strict=True)) for cells in body], records=a.records,
+            extra={"title": f"{a.env}, lean PPO with pipeline lag", "legend": LEGEND}))
     return 0
 
 

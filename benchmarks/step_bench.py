@@ -4,13 +4,15 @@ Hopper-v5's 64x64 policy, a synthetic 2,048-sample batch, the compiled minibatch
 thread; 320 steps (10 epochs x 32 minibatches) per timing, the three paths alternated:
 
 - per-tensor: ``zero_grad``, ``clip_grad_norm_`` and ``torch.optim.Adam.step`` over the
-  module's parameter tensors (what the sync learner and the lean PPO did before session 7);
+  module's parameter tensors (the textbook path, the slowest);
 - flat: :func:`functions.learner.ppo_step` with :class:`functions.adam.FlatAdam` (one cat, a
-  two-op global-norm clip, one fused Adam kernel): the eager reference since session 7;
+  two-op global-norm clip, one fused Adam kernel): the eager reference;
 - fused: :class:`functions.fused.FusedStep`, the same step as one compiled graph (forward,
-  backward, clip and Adam), what update-mode learners and the lean PPO take since session 28.
+  backward, clip and Adam), what update-mode learners and the lean PPO take.
 
     python benchmarks/step_bench.py --repeats 3
+
+Prints each repeat and writes one record (kind ``step``: a row per repeat).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from benchmarks.records import command_line, write_record  # noqa: E402
 from functions import learner as L  # noqa: E402
 from functions.adam import FlatAdam  # noqa: E402
 from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
@@ -77,12 +80,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", default="Hopper-v5")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                   "benchmarks/records)")
+    p.add_argument("--no-record", action="store_true", help="write no record")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
+    rows = []
     for r in range(a.repeats):
         old, flat, fused = (us_per_step(p, a.env) for p in ("per-tensor", "flat", "fused"))
         print(f"repeat {r + 1}: per-tensor {old:.0f} us/step, flat {flat:.0f} us/step, "
               f"fused {fused:.0f} us/step; flat/fused {flat / fused:.2f}x", flush=True)
+        rows.append({"repeat": r + 1, "per-tensor (µs/step)": old, "flat (µs/step)": flat,
+                     "fused (µs/step)": fused, "flat / fused": flat / fused})
+    if not a.no_record:
+        print(write_record("step", command_line("benchmarks/step_bench.py", argv),
+                           {"env": a.env, "threads": 1}, rows=rows, records=a.records))
     return 0
 
 

@@ -4,18 +4,24 @@ Same Redis server, same process, interleaved in one run so machine noise hits bo
 Policy-sized blobs for Hopper-v5 (obs 11, act 3): a 64x64 and a 256x256 actor-critic MLP.
 
     .venv/bin/python benchmarks/store_bench.py [--iters 2000] [--out benchmarks/out/store.json]
+
+Writes the JSON to ``--out`` and one record (kind ``store``: a row per policy size).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from store import EmbeddedRedis, ParamStore, Store, encode
+import numpy as np  # noqa: E402
+
+from benchmarks.records import command_line, write_record  # noqa: E402
+from store import EmbeddedRedis, ParamStore, Store, encode  # noqa: E402
 
 
 def mlp_tensors(hidden: int, obs: int = 11, act: int = 3) -> dict[str, np.ndarray]:
@@ -84,6 +90,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--out", default="benchmarks/out/store.json")
+    ap.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
+                    "benchmarks/records)")
+    ap.add_argument("--no-record", action="store_true", help="write no record")
     args = ap.parse_args()
     results = {}
     with EmbeddedRedis() as server:
@@ -103,6 +112,11 @@ def main() -> None:
             f"{r['publish_p50_us']:.0f} / {r['publish_p99_us']:.0f} | {r['raw_set_p50_us']:.0f} / {r['raw_set_p99_us']:.0f} | "
             f"{r['publish_ratio_p50']:.2f}x | {r['check_p50_us']:.0f} vs {r['raw_check_p50_us']:.0f} |"
         )
+    if not args.no_record:
+        print(write_record("store", command_line("benchmarks/store_bench.py", None),
+                           {"iters": args.iters},
+                           rows=[{"policy": name, **r} for name, r in results.items()],
+                           records=args.records))
 
 
 if __name__ == "__main__":

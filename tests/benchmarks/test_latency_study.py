@@ -1,5 +1,5 @@
 """latency_study.py end to end on CartPole-v1: both modes on a local runtime that adds the
-emulated latency, each run's config carrying it, and the study's RESULTS.md section."""
+emulated latency, each run's config carrying it, and the study's record on the results page."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import latency_study  # noqa: E402
+from benchmarks import latency_study, report  # noqa: E402
+from benchmarks.records import PUBLISHING, SYNC, read_records  # noqa: E402
 
 
 def test_latency_points_parse_with_a_clear_error() -> None:
@@ -27,11 +28,9 @@ def test_latency_points_parse_with_a_clear_error() -> None:
 
 @pytest.mark.timeout(240)
 def test_study_runs_both_modes_on_a_slow_platform(tmp_path: Path) -> None:
-    results = tmp_path / "RESULTS.md"
-    results.write_text("# Benchmark results\n\n## Other\n\nkeep me\n")
-    out = tmp_path / "out"
+    out, records = tmp_path / "out", tmp_path / "records"
     rc = latency_study.main(["--env", "CartPole-v1", "--minutes", "0.15", "--latencies", "150",
-                             "--out", str(out), "--results", str(results)])
+                             "--out", str(out), "--records", str(records)])
     rows = json.loads((out / "latency.json").read_text())
     assert rc == 0, [r["rc"] for r in rows]
     assert [r["mode"] for r in rows] == ["sync", "async"]
@@ -42,10 +41,15 @@ def test_study_runs_both_modes_on_a_slow_platform(tmp_path: Path) -> None:
         assert config["runtime_invoke_latency_ms"] == 150 and config["backend"] == "local"
         assert "emulating platform latency: each invoke waits a log-normal median 150 ms" in (
             run / "runtime.log").read_text()
-    text = results.read_text()
-    assert "keep me" in text and latency_study.SECTION in text
+    (rec,) = read_records(records)
+    assert rec["kind"] == "latency" and rec["paths"] == {"sync": SYNC, "async": PUBLISHING}
+    assert rec["rows"][0]["invoke latency"] == "150 ms"
+    page = tmp_path / "results.md"
+    assert report.main(["--records", str(records), "--out", str(page)]) == 0
+    text = page.read_text()
     assert "| 150 ms |" in text and "| async / sync |" in text
     assert "| sooner at a lag price of 1.4 | sooner at a lag price of 1.9 |" in text
+    assert f"{rows[1]['sps']:,.0f}" in text
 
 
 def test_rows_of_a_new_invocation_replace_only_the_points_it_measured() -> None:

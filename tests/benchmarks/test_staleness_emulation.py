@@ -13,7 +13,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import lean_ppo, staleness_study  # noqa: E402
+from benchmarks import lean_ppo, report, staleness_study  # noqa: E402
+from benchmarks.records import read_records  # noqa: E402
 from functions.messages import PPOHyper  # noqa: E402
 
 TINY = PPOHyper(update_epochs=1, num_minibatches=2)
@@ -92,15 +93,15 @@ def test_study_report_reads_run_folders(tmp_path: Path) -> None:
     assert json.loads((out / "study.json").read_text())["lag0-truncate"][0]["env_steps"] == 256
 
 
-def test_study_rewrites_its_table_and_keeps_the_notes(tmp_path: Path) -> None:
-    out = tmp_path / "study"
+def test_study_writes_a_record_that_the_results_page_shows(tmp_path: Path) -> None:
+    out, records = tmp_path / "study", tmp_path / "records"
     _train(out / "Pendulum-v1", "lag0-truncate/seed1")
-    results = tmp_path / "RESULTS.md"
-    results.write_text(f"# R\n\n{staleness_study.SECTION}\n\nold table\n\n{staleness_study.KEEP}\n"
-                       "my notes\n\n## Later\n\nkeep\n")
     rc = staleness_study.main(["--env", "Pendulum-v1", "--seeds", "1", "--steps", "256",
-                               "--out", str(out), "--results", str(results), "--report-only"])
-    text = results.read_text()
-    assert rc == 0 and "old table" not in text and "| lag0-truncate | 1 |" in text
-    assert "my notes" in text and "## Later\n\nkeep" in text
-    assert text.index("| lag0-truncate |") < text.index(staleness_study.KEEP)
+                               "--out", str(out), "--records", str(records), "--report-only"])
+    (rec,) = read_records(records)
+    assert rc == 0 and rec["kind"] == "staleness" and rec["path"] is None  # the lean PPO
+    assert rec["rows"][0]["variant"] == "lag0-truncate" and rec["rows"][0]["seeds"] == "1"
+    page = tmp_path / "results.md"
+    assert report.main(["--records", str(records), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "| lag0-truncate | 1 |" in text and "python benchmarks/staleness_study.py" in text
