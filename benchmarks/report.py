@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -103,8 +104,28 @@ def headline(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def script_of(bench: str, records: list[dict[str, Any]]) -> str:
+    """The script a benchmark's records name (``python benchmarks/X.py ...``)."""
+    for r in records:
+        m = re.match(r"python (benchmarks/\S+\.py)", r["command"])
+        if m:
+            return m.group(1)
+    return f"benchmarks/{bench}.py"
+
+
+def order(benches: list[str]) -> list[str]:
+    """The known sections, each followed by the others that extend its name (``ablation`` and
+    then ``ablation-verdict``), then the rest by name."""
+    rest = sorted(b for b in benches if b not in SECTIONS)
+    out = []
+    for known in SECTIONS:
+        out.append(known)
+        out += [b for b in rest if b.startswith(known)]
+    return out + [b for b in rest if b not in out]
+
+
 def section(bench: str, records: list[dict[str, Any]]) -> list[str]:
-    title, script = SECTIONS.get(bench, (bench, f"benchmarks/{bench}.py"))
+    title, script = SECTIONS.get(bench, (bench, script_of(bench, records)))
     lines = [f"## {title} (`{script}`)", ""]
     if not records:
         return lines + [f"No records yet: `python {script}` writes them.", ""]
@@ -130,7 +151,7 @@ def render(records: list[dict[str, Any]]) -> str:
     for r in sorted(records, key=lambda r: (r["date"], r["file"]), reverse=True):
         by_bench[r["benchmark"]].append(r)
     lines = [*INTRO, *headline(records)]
-    for bench in [*SECTIONS, *sorted(b for b in by_bench if b not in SECTIONS)]:
+    for bench in order(list(by_bench)):
         lines += section(bench, by_bench.get(bench, []))
     return "\n".join(lines).rstrip() + "\n"
 

@@ -42,8 +42,8 @@ def _same(fmt_of: float, *xs: float) -> list[str]:
 
 
 def cell(v: Any) -> str:
-    """A record's value in a table: numbers, strings, lists and ``{"mean", "sd", "reached",
-    "n"}`` aggregates."""
+    """A record's value in a table: numbers, strings, lists and ``{"mean", "sd" or "lo" and
+    "hi", "reached", "n"}`` aggregates."""
     if v is None:
         return "-"
     if isinstance(v, dict) and "mean" in v:
@@ -52,6 +52,9 @@ def cell(v: Any) -> str:
         elif v.get("sd") is not None:
             m, sd = _same(v["mean"], v["mean"], v["sd"])
             out = f"{m} ± {sd}"
+        elif v.get("lo") is not None and v.get("hi") is not None:
+            m, lo, hi = _same(v["mean"], v["mean"], v["lo"], v["hi"])
+            out = f"{m} [{lo}–{hi}]"
         else:
             out = num(v["mean"])
         if v.get("n") is not None and v.get("reached") is not None and v["reached"] != v["n"]:
@@ -244,8 +247,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def generic_blocks(kind: str, records: list[dict[str, Any]]) -> list[str]:
     """Any kind: a record with ``rows`` is its own table; the others share one table (a row
-    per record: date, commit, path, then every value of its summary and curve points), or
-    each get a key/value table when that would be wider than :data:`MAX_COLUMNS`."""
+    per record: date, commit, path, then every value of its summary and curve points), but a
+    lone record with more values than :data:`MAX_COLUMNS` gets a key/value table."""
     lines: list[str] = []
     plain = []
     for r in records:
@@ -267,7 +270,7 @@ def generic_blocks(kind: str, records: list[dict[str, Any]]) -> list[str]:
         return lines
     values = [flatten({**r.get("summary", {}), **r.get("curve_points", {})}) for r in plain]
     cols = list(dict.fromkeys(k for v in values for k in v))
-    if len(cols) + 3 <= MAX_COLUMNS:
+    if len(plain) > 1 or len(cols) + 3 <= MAX_COLUMNS:
         lines += [f"### {kind}", "", provenance(plain), ""]
         lines += md_table(["date", "commit", "training path", *cols],
                           [[day(r["date"]), short(r.get("commit"), r.get("dirty")),

@@ -1,0 +1,114 @@
+"""The results page and its records: the committed page is what the committed records render,
+every record says how its numbers were made, and a kind the report does not know still shows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import report  # noqa: E402
+from benchmarks.records import (  # noqa: E402
+    PUBLISHING,
+    RECORDS_ENV,
+    SCHEMA,
+    SYNC,
+    git_state,
+    read_records,
+    records_dir,
+    training_path,
+    write_record,
+)
+
+
+def test_the_committed_page_is_what_the_committed_records_render() -> None:
+    done = subprocess.run([sys.executable, "benchmarks/report.py", "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_committed_record_names_its_command_commit_date_and_training_path() -> None:
+    records = read_records(REPO / "benchmarks" / "records")
+    assert records
+    for r in records:
+        assert r["command"].startswith("python "), r["file"]
+        assert len(r["commit"]) == 40 and r["date"].endswith("Z"), r["file"]
+        assert r["source"] in ("measured", "transcribed"), r["file"]
+        stellaris = {k: v for k, v in (r.get("paths") or {}).items()
+                     if k.startswith(("Stellaris", "our sync", "sync", "async"))}
+        assert all(stellaris.values()), r["file"]  # every Stellaris row names its path
+    transcribed = {r["benchmark"] for r in records if r["source"] == "transcribed"}
+    assert {"compare", "learning", "staleness", "latency"} <= transcribed
+
+
+def test_check_fails_on_a_stale_page_and_the_page_shows_a_new_kind(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """A kind the report has no code for (here ``ablation``, and a made-up one) renders as a
+    table of its values; ``--check`` fails until the page is rendered again."""
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "records"))
+    assert records_dir() == tmp_path / "records"
+    page = tmp_path / "results.md"
+    assert report.main(["--out", str(page)]) == 0
+    assert "No records yet: `python benchmarks/ablation.py` writes them." in page.read_text()
+    f = write_record("ablation", "python benchmarks/ablation.py --quick",
+                     {"variant": "is=none", "seed": 3, "sps": 7123.4},
+                     {"return_at_min": {"5": 2101.5}}, path=PUBLISHING)
+    write_record("made_up", "python benchmarks/made_up.py", {"widgets": 17},
+                 rows=[{"case": "a", "µs": 12.25}, {"case": "b", "µs": {"mean": 3.5, "sd": 0.25}}])
+    write_record("ablation-verdict", "python benchmarks/ablation.py --report", {"env": "Hopper"},
+                 benchmark="ablation-verdict",
+                 rows=[{"variant": "full", "return": {"mean": 2e3, "lo": 1.9e3, "hi": 2.1e3}}])
+    assert f.parent == tmp_path / "records" / "ablation"
+    assert report.main(["--out", str(page), "--check"]) == 1
+    assert report.main(["--out", str(page)]) == 0
+    assert report.main(["--out", str(page), "--check"]) == 0
+    text = page.read_text()
+    head, _ = git_state()
+    assert "## Ablation of the paper's mechanisms (`benchmarks/ablation.py`)" in text
+    assert "| date | commit | training path | variant | seed | sps | return_at_min.5 |" in text
+    assert f"| `{head[:7]}`" in text and f"| {PUBLISHING} | is=none | 3 | 7,123 | 2,102 |" in text
+    assert "## made_up (`benchmarks/made_up.py`)" in text
+    # a benchmark that extends a known one's name follows it, under the script its records name
+    verdicts = text.index("## ablation-verdict (`benchmarks/ablation.py`)")
+    assert text.index("## Ablation of") < verdicts < text.index("## Learning")
+    assert "| full | 2,000 [1,900–2,100] |" in text
+    assert "| a | 12.2 |" in text and "| b | 3.50 ± 0.25 |" in text and "widgets: 17." in text
+
+
+def test_a_record_names_its_commit_date_machine_and_versions(tmp_path: Path) -> None:
+    f = write_record("step", "python benchmarks/step_bench.py", {"env": "Hopper-v5"},
+                     rows=[{"repeat": 1, "fused (µs/step)": 218.0}], records=tmp_path,
+                     name="a/b-1.5")
+    assert f == tmp_path / "step" / "a" / "b-1.5.json"
+    r = json.loads(f.read_text())
+    head, dirty = git_state()
+    assert r["schema"] == SCHEMA and (r["commit"], r["dirty"]) == (head, dirty)
+    assert r["machine"]["cpu_count"] >= 1 and "hostname" not in r["machine"]
+    assert r["software"]["python"] and r["software"]["torch"]
+    assert r["source"] == "measured" and r["path"] is None
+    (back,) = read_records(tmp_path)
+    assert back["rows"] == [{"repeat": 1, "fused (µs/step)": 218.0}]
+    f.write_text(json.dumps({**r, "schema": 99}))
+    with pytest.raises(ValueError, match="schema"):
+        read_records(tmp_path)
+
+
+def test_training_path_reads_mode_learners_and_the_publishing_flag() -> None:
+    assert training_path({"mode": "sync", "learners": 1}) == SYNC
+    # the default (learner_publishes None): one learner publishes, several aggregate
+    assert training_path({"mode": "async", "learners": 1, "learner_publishes": None}) == PUBLISHING
+    assert training_path({"mode": "async", "learners": 2, "learner_publishes": None}) == \
+        "aggregation (2 learners)"
+    assert training_path({"mode": "async", "learners": 1, "learner_publishes": False}) == \
+        "aggregation (1 learner)"
+    # the trainer's resolved flag in summary.json wins; a config from before the flag aggregated
+    assert training_path({"mode": "async", "learners": 1},
+                         {"learners_publish": True}) == PUBLISHING
+    assert training_path({"mode": "async", "learners": 1}) == "aggregation (1 learner)"
+    assert training_path({"system": "lean", "mode": "async"}) is None
