@@ -252,7 +252,7 @@ def run_one(env: str, variant: str, seed: int, steps: int, args: argparse.Namesp
     summary, curve = summarise(run_dir, steps)
     summary.update(variant=variant, seed=seed, env=env, process_s=round(took, 1))
     write_record(KIND, " ".join(["python", "-m", "orchestrator.cli", *cmd[3:]]), summary, curve,
-                 benchmark=f"{KIND}/{env}", name=f"{variant}-seed{seed}-{steps}",
+                 benchmark=KIND, name=f"{env}/{variant}-seed{seed}-{steps}",
                  run_dir=run_dir, records=records)
     at = str(points(steps)[-1])
     print(f"{env} {variant} seed {seed}: return {curve['return_at_env_steps'].get(at)} at "
