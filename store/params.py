@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from store import serde
+import store.serde as serde
 from store.connection import Store
 from store.errors import VersionEvicted, VersionNotFound
 from store.keys import RunKeys

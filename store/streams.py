@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from store import serde
+import store.serde as serde
 from store.connection import Store
 from store.keys import RunKeys
 
