@@ -57,8 +57,12 @@ def _sections() -> dict[str, type[BaseModel]]:
             if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
 
 
-def _as_dict(node: Any) -> dict[str, Any]:
-    return node.model_dump() if isinstance(node, BaseModel) else dict(node)
+def _as_dict(node: Any, section: str) -> dict[str, Any]:
+    if isinstance(node, BaseModel):
+        return node.model_dump()
+    if not isinstance(node, dict):
+        raise ConfigError(f"invalid config: {section}: expected a table of fields, got {node!r}")
+    return node
 
 
 def move_old_keys(doc: dict[str, Any], source: str,
@@ -71,7 +75,7 @@ def move_old_keys(doc: dict[str, Any], source: str,
         if old not in out:
             continue
         value = out.pop(old)
-        node = _as_dict(out.get(section) or {})
+        node = _as_dict(out.get(section) or {}, section)
         if field in node and node[field] != value:
             raise ConfigError(
                 f"invalid config: {name(old)} and {name(f'{section}.{field}')} both given in "

@@ -133,3 +133,9 @@ def test_no_lab_notebook_citations_in_the_orchestrator() -> None:
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "orchestrator").rglob("*.py")
             for n, line in enumerate(p.read_text().splitlines(), 1) if cited.search(line)]
     assert not hits
+
+
+def test_every_cited_decision_exists() -> None:
+    headings = set(re.findall(r"(?m)^#+ (\S+)$", (ROOT / "docs" / "decisions.md").read_text()))
+    cited = set(re.findall(r"decisions\.md#([a-z0-9-]+)", render()))
+    assert cited and cited <= headings, cited - headings
