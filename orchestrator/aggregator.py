@@ -20,18 +20,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from functions.messages import Gradient, Layout, split_flat
 from orchestrator.config import AggregationConfig
-
-
-def AggregationRule(h_max: int = 1, **fields: Any) -> AggregationConfig:
-    """Deprecated spelling of ``AggregationConfig(buffer_max=h_max, ...)``, kept only while
-    tests/orchestrator/test_aggregator.py still builds its rules with it."""
-    return AggregationConfig(buffer_max=h_max, **fields)
 
 
 @dataclass

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from functions.messages import Gradient
-from orchestrator.aggregator import AggregationRule, StalenessAggregator, staleness_weight
+from orchestrator.aggregator import StalenessAggregator, staleness_weight
+from orchestrator.config import AggregationConfig
 
 
 def grad(value: float, version: int, inv: str = "inv", mb: int = 0, epoch: int = 0) -> Gradient:
@@ -25,7 +26,7 @@ def test_weights_follow_the_paper() -> None:
 
 
 def test_weighted_mean_is_one_step_over_h() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=3, warmup_rounds=0))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=3, warmup_rounds=0))
     agg.delta_max = 0.0  # beta = 1
     v_now = 10
     assert agg.offer(grad(1.0, 6, mb=0), "e0", v_now, 0.0) == "buffered"  # delta 4 -> w 0.5
@@ -41,7 +42,7 @@ def test_weighted_mean_is_one_step_over_h() -> None:
 
 
 def test_unweighted_ablation() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=2, warmup_rounds=0, staleness_weights=False))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=2, warmup_rounds=0, staleness_weights=False))
     agg.offer(grad(1.0, 0, mb=0), "a", 9, 0.0)
     agg.offer(grad(3.0, 9, mb=1), "b", 9, 0.0)
     out = agg.take(9, "full")
@@ -49,7 +50,7 @@ def test_unweighted_ablation() -> None:
 
 
 def test_warmup_is_fully_async_and_measures_delta_max() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=8, warmup_rounds=1))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=8, warmup_rounds=1))
     assert agg.beta() == math.inf
     for i, delta in enumerate([2, 5, 3]):
         agg.offer(grad(1.0, 10 - delta, mb=i), f"e{i}", 10, 0.0)
@@ -63,7 +64,7 @@ def test_warmup_is_fully_async_and_measures_delta_max() -> None:
 
 
 def test_bound_decays_per_round_not_per_aggregation() -> None:
-    rule = AggregationRule(h_max=100, warmup_rounds=1, decay=0.5)
+    rule = AggregationConfig(buffer_max=100, warmup_rounds=1, decay=0.5)
     agg = StalenessAggregator(rule)
     agg.offer(grad(1.0, 2, mb=0), "e", 10, 0.0)
     agg.take(10, "warmup")  # delta_max = 8
@@ -81,14 +82,14 @@ def test_bound_decays_per_round_not_per_aggregation() -> None:
     assert betas == [8.0, 4.0, 2.0, 1.0, 1.0]
     assert [r for r, _, _ in agg.bound_trajectory] == [1, 2, 3, 4, 5, 6]
     assert agg.bound_trajectory[1] == (2, 4096, 4.0)
-    no_decay = StalenessAggregator(AggregationRule(h_max=100, warmup_rounds=0, bound_decay=False))
+    no_decay = StalenessAggregator(AggregationConfig(buffer_max=100, warmup_rounds=0, bound_decay=False))
     no_decay.delta_max = 8.0
     no_decay.rounds = 50
     assert no_decay.beta() == 8.0
 
 
 def test_bound_rule_fires_when_mean_staleness_is_low_enough() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=10, warmup_rounds=0))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=10, warmup_rounds=0))
     agg.delta_max = 2.0  # beta 2
     agg.offer(grad(1.0, 5, mb=0), "a", 10, 0.0)  # delta 5
     assert agg.should_aggregate(10, 0.1) is None
@@ -99,14 +100,14 @@ def test_bound_rule_fires_when_mean_staleness_is_low_enough() -> None:
 
 
 def test_timeout_never_blocks_forever() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=10, warmup_rounds=0, timeout_s=2.0))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=10, warmup_rounds=0, timeout_s=2.0))
     agg.offer(grad(1.0, 0, mb=0), "a", 100, now=50.0)
     assert agg.should_aggregate(100, 51.0) is None
     assert agg.should_aggregate(100, 52.0) == "timeout"
 
 
 def test_duplicates_are_never_applied_twice() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=1, warmup_rounds=0))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=1, warmup_rounds=0))
     assert agg.offer(grad(1.0, 0, inv="x", mb=3), "a", 0, 0.0) == "buffered"
     assert agg.offer(grad(1.0, 0, inv="x", mb=3), "a2", 0, 0.0) == "duplicate"  # in buffer
     agg.take(0, "full")
@@ -116,7 +117,7 @@ def test_duplicates_are_never_applied_twice() -> None:
 
 
 def test_hard_drop_is_counted() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=1, warmup_rounds=0, drop_staleness=3))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=1, warmup_rounds=0, drop_staleness=3))
     assert agg.offer(grad(1.0, 0, mb=0), "a", 10, 0.0) == "dropped"
     assert agg.offer(grad(1.0, 8, mb=1), "b", 10, 0.0) == "buffered"
     assert agg.dropped == 1
@@ -124,7 +125,7 @@ def test_hard_drop_is_counted() -> None:
 
 
 def test_an_aggregate_steps_with_its_gradients_learning_rate() -> None:
-    agg = StalenessAggregator(AggregationRule(h_max=2, warmup_rounds=0))
+    agg = StalenessAggregator(AggregationConfig(buffer_max=2, warmup_rounds=0))
     agg.offer(grad(1.0, 9, mb=0), "a", 9, 0.0)
     assert agg.take(9, "full").lr is None  # no rate given: the master keeps its own
     for mb, lr in enumerate((2e-4, 1e-4)):

@@ -182,13 +182,13 @@ def test_auto_is_a_filler_only_where_one_can_work() -> None:
     auto = {"minutes": 1, "filler_envs": "auto"}
     assert load_config(None, auto).filler_auto
     assert load_config(None, auto).actors_fed == 2
-    assert load_config(None, {**auto, "filler_envs": "2"}).fixed_filler_envs == 2
+    assert load_config(None, {**auto, "filler_envs": "2"}).experimental.fixed_filler_envs == 2
     assert load_config(None, {"minutes": 1}).filler_auto  # the default
     for other in ({"mode": "sync"}, {"actors": 1}, {"autoscale": True},
                   {"learners": 2, "learner_publishes": False}, {"learner_batch_steps": 4096},
                   {"n_envs": 1}):
         cfg = load_config(None, {**auto, **other})
-        assert not cfg.filler_auto and cfg.fixed_filler_envs == 0, other
+        assert not cfg.filler_auto and cfg.experimental.fixed_filler_envs == 0, other
 
 
 def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Path,
@@ -203,7 +203,7 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
         "hyper": {"update_epochs": 4, "num_minibatches": 8, "target_kl": None},
         "backend": "inline", "run_dir": str(tmp_path / "filler"), "redis_url": redis_url,
         "function_timeout_s": 120})
-    assert cfg.fixed_filler_envs == 1 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
+    assert cfg.experimental.fixed_filler_envs == 1 and cfg.actors_fed == 2 and cfg.idle_actors_warning() is None
     summary = train(cfg)
     assert summary["env_steps"] >= 6144
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}

@@ -55,7 +55,8 @@ def test_config_needs_the_local_runtime_for_latency() -> None:
         load_config(overrides={"minutes": 1, "backend": "local", "runtime_invoke_latency_ms": -1})
     cfg = load_config(overrides={"minutes": 1, "backend": "local", "runtime_invoke_latency_ms": 50,
                                  "runtime_invoke_latency_sigma": 0.5})
-    assert (cfg.runtime_invoke_latency_ms, cfg.runtime_invoke_latency_sigma) == (50, 0.5)
+    assert (cfg.experimental.runtime_invoke_latency_ms,
+            cfg.experimental.runtime_invoke_latency_sigma) == (50, 0.5)
 
 
 @pytest.fixture(scope="module")
