@@ -61,16 +61,19 @@ def training_path(config: dict[str, Any], summary: dict[str, Any] | None = None)
     if mode == "sync":
         return SYNC
     learners = int(config.get("learners") or 1)
+    # the flag may sit in a section of the config (e.g. ``experimental``)
+    flags = {**{k: v for part in config.values() if isinstance(part, dict)
+                for k, v in part.items()}, **config}
     publishes = summary.get("learners_publish")
     if publishes is None:
-        publishes = config.get("publishing_learner")
+        publishes = flags.get("publishing_learner")
     if publishes is None:
-        if "learner_publishes" not in config:
+        if "learner_publishes" not in flags:
             publishes = False
-        elif config["learner_publishes"] is None:
+        elif flags["learner_publishes"] is None:
             publishes = learners == 1  # the default: publish when one learner is in flight
         else:
-            publishes = bool(config["learner_publishes"])
+            publishes = bool(flags["learner_publishes"])
     return PUBLISHING if publishes else aggregation(learners)
 
 

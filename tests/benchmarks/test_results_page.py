@@ -111,4 +111,6 @@ def test_training_path_reads_mode_learners_and_the_publishing_flag() -> None:
     assert training_path({"mode": "async", "learners": 1},
                          {"learners_publish": True}) == PUBLISHING
     assert training_path({"mode": "async", "learners": 1}) == "aggregation (1 learner)"
+    assert training_path({"mode": "async", "learners": 1,
+                          "experimental": {"learner_publishes": None}}) == PUBLISHING
     assert training_path({"system": "lean", "mode": "async"}) is None
