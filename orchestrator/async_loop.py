@@ -15,7 +15,6 @@ learner learns, so the data lags one update as before.
 from __future__ import annotations
 
 import math
-import threading
 import time
 import uuid
 from collections import deque
@@ -23,15 +22,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from functions.messages import Gradient, LearnerEvent
+from functions.messages import LearnerEvent
 from orchestrator.aggregator import StalenessAggregator
+from orchestrator.aggregator_thread import GROUP, AggregatorThread
 from orchestrator.invokers.base import InvocationResult
 from orchestrator.pacer import Rollout, RolloutPacer, best_filler, filler_cycle_s, next_rollout
 from orchestrator.scaler import ActorScaler
 from orchestrator.trainer import MISSING_TRAJECTORY, Trainer
-from store import CorruptBlob, StoreError
-
-GROUP = "aggregator"
+from store import StoreError
 
 
 @dataclass
@@ -66,19 +64,9 @@ class AsyncTrainer(Trainer):
         self.pacer = RolloutPacer(cfg.experimental.actor_start == "just_in_time")
         # re-chosen between batches with "auto"
         self.filler_envs = cfg.experimental.fixed_filler_envs
-        self._stop = threading.Event()
-        self._to_ack: list[str] = []  # applied, their version not yet published
-        self._entry_left: dict[str, int] = {}  # stream entry -> its gradients not yet settled
-        self._acks_ready: list[str] = []  # applied and published: acknowledged with the next read
-        # look-ahead lineage -> (seq, version) of its last gradient applied since the last publish
-        self._applied_by_lineage: dict[str, tuple[int, int]] = {}
-        self._window_start = 0.0
-        self._agg_error: BaseException | None = None
-        agg_thread: threading.Thread | None = None
+        self.applier = AggregatorThread(self, self.aggregator)
         if not cfg.publishing_learner:
-            agg_thread = threading.Thread(target=self._aggregate_forever, name="aggregator",
-                                          daemon=True)
-            agg_thread.start()
+            self.applier.start()
 
         actors: dict[Future[InvocationResult], _Actor] = {}
         learners: dict[Future[InvocationResult], _Learner] = {}
@@ -90,8 +78,9 @@ class AsyncTrainer(Trainer):
             "update" if cfg.publishing_learner else "gradient", self.learner_hyper())
         try:
             while not self.done():
-                if self._agg_error is not None:
-                    raise RuntimeError(f"aggregator failed: {self._agg_error}") from self._agg_error
+                if self.applier.error is not None:
+                    raise RuntimeError(f"aggregator failed: {self.applier.error}") \
+                        from self.applier.error
                 store_ok = self.store_guard()
                 # Learners first: taking a batch frees room for the next rollouts, which
                 # then start at once and sample while this batch is learned.
@@ -145,8 +134,8 @@ class AsyncTrainer(Trainer):
                         self._on_learner(res, job, learners)
                 self.periodic(self._extra(len(actors), len(learners)))
         finally:
-            self._shutdown(actors, learners, agg_thread)
-        self._publish_if_moved(force=True)
+            self._shutdown(actors, learners)
+        self.applier.publish_if_moved(force=True)
         self.checkpoint()
         self.finish_evaluation(timeout=30)
         row = self.log_row(self._extra(0, 0))
@@ -341,8 +330,7 @@ class AsyncTrainer(Trainer):
         }
 
     def _shutdown(self, actors: dict[Future[InvocationResult], _Actor],
-                  learners: dict[Future[InvocationResult], _Learner],
-                  agg_thread: threading.Thread | None) -> None:
+                  learners: dict[Future[InvocationResult], _Learner]) -> None:
         # In-flight invocations finish on their own (a Lambda cannot be recalled); we wait a
         # bounded time so their cost is booked, then stop the aggregator.
         outstanding = list(actors) + list(learners)
@@ -370,115 +358,4 @@ class AsyncTrainer(Trainer):
                 if not self.cfg.publishing_learner:
                     self._consumed(learners[fut])
                 self._release(learners[fut])
-        self._stop.set()
-        if agg_thread is not None:
-            agg_thread.join(timeout=10)
-
-    # -- aggregator thread ----------------------------------------------------------------------
-    def _aggregate_forever(self) -> None:
-        """Read, aggregate and publish, one batching window at a time.
-
-        Each window is one round trip that acknowledges the gradients published in the last
-        window and claims the new ones, the Adam steps the buffer rule asks for, and one
-        publish. Waiting out ``publish_interval_ms`` between windows lets the gradients that
-        arrive meanwhile share that work: on two cores, reading, acknowledging and
-        publishing once per gradient cost more CPU than the gradient itself.
-        """
-        interval = self.cfg.experimental.publish_interval_ms / 1000.0
-        while not self._stop.is_set():
-            wait_s = self._window_start + interval - time.monotonic()
-            if wait_s > 0 and self._stop.wait(wait_s):
-                break
-            self._window_start = time.monotonic()
-            acks, self._acks_ready = self._acks_ready, []
-            try:
-                entries = self.rs.grads.ack_and_read(GROUP, "orchestrator", acks, count=256,
-                                                     block_ms=100)
-            except StoreError as exc:
-                self._acks_ready = acks + self._acks_ready  # acknowledged with the next read
-                self.counters.store_errors += 1
-                self.counters.last_errors.append(f"grads read: {exc}")
-                self._stop.wait(0.5)
-                continue
-            except BaseException as exc:  # noqa: BLE001 - surfaced to the dispatcher
-                self._agg_error = exc
-                return
-            try:
-                for e in entries:
-                    self._offer(e.id, e.blob)
-                self._apply_while_ready()
-                self._publish_if_moved()
-            except StoreError as exc:
-                self.counters.store_errors += 1
-                self.counters.last_errors.append(f"aggregator: {exc}")
-            except BaseException as exc:  # noqa: BLE001 - surfaced to the dispatcher
-                self._agg_error = exc
-                return
-
-    def _offer(self, entry_id: str, blob: bytes | None) -> None:
-        try:
-            grads = Gradient.unpack(blob or b"")
-        except CorruptBlob as exc:
-            self.counters.last_errors.append(f"corrupt gradient {entry_id}: {exc}")
-            self._acks_ready.append(entry_id)  # never applied: acknowledged with the next read
-            return
-        # A message of several gradients is acknowledged once every one of them is settled.
-        self._entry_left[entry_id] = len(grads)
-        for grad in grads:
-            status = self.aggregator.offer(grad, entry_id, self.master.version, time.monotonic())
-            if status != "buffered":
-                self._settled(entry_id)
-            # Each gradient meets the buffer rule on its own, as if it had come alone: offering
-            # a whole message first would let one aggregation average all of it.
-            self._apply_while_ready()
-
-    def _settled(self, entry_id: str) -> None:
-        """One gradient of ``entry_id`` applied, dropped or a duplicate; the entry is
-        acknowledged after the next publish once none of its gradients is left."""
-        left = self._entry_left.get(entry_id, 1) - 1
-        if left > 0:
-            self._entry_left[entry_id] = left
-        else:
-            self._entry_left.pop(entry_id, None)
-            self._to_ack.append(entry_id)
-
-    def _apply_while_ready(self) -> None:
-        agg = self.aggregator
-        while (reason := agg.should_aggregate(self.master.version, time.monotonic())) is not None:
-            with self.lock:
-                v_now = self.master.version
-                out = agg.take(v_now, reason)
-                self.master.apply(out.flat, layout=out.layout, lr=out.lr)
-                self.counters.grads_applied += len(out.dedupe_ids)
-                self.counters.grad_staleness.extend(out.staleness)
-                for lineage, seq in out.lineages:  # echoed to look-ahead learners on publish
-                    self._applied_by_lineage[lineage] = (seq, v_now + 1)
-            self.log_applied(out.dedupe_ids, v_now + 1)
-            for entry_id in out.entry_ids:
-                self._settled(entry_id)
-
-    def _publish_if_moved(self, force: bool = False) -> None:
-        """Publish the newest version once per batching window.
-
-        While the aggregator keeps up this is once per aggregation (the paper's rule); when
-        several gradients arrived in a window it applies them all, one Adam step each
-        (versions still count aggregations), and publishes only the last: readers only ever
-        want the latest. Applied gradients are acknowledged once their version is published
-        (with the next read; at the end, here).
-        """
-        try:
-            with self.lock:
-                if self.master.published_version != self.master.version:
-                    self.master.publish(self.rs, applied=self._applied_by_lineage)
-                    self._applied_by_lineage = {}
-            if self._to_ack:
-                self.flush_applied_log()
-                self._acks_ready.extend(self._to_ack)
-                self._to_ack.clear()
-            if force and self._acks_ready:
-                self.rs.grads.ack(GROUP, self._acks_ready)
-                self._acks_ready.clear()
-        except StoreError as exc:
-            # Applied in the master already; the store guard republishes when Redis is back.
-            self.counters.store_errors += 1
-            self.counters.last_errors.append(f"publish v{self.master.version}: {exc}")
+        self.applier.join(timeout=10)
