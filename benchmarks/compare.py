@@ -107,7 +107,7 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
                "--run-dir", str(run_dir), "--restart", "--progress", "plain",
                "--eval-interval-s", "0"]
         if args.no_compile:
-            cmd += ["--set", "learner_compile=false"]
+            cmd += ["--set", "experimental.learner_compile=false"]
         if args.anneal_lr:
             cmd += ["--set", "hyper.anneal_lr=true"]
         for kv in shared_hyper(args):
@@ -132,7 +132,7 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         if args.no_bound_decay:
             cmd.append("--no-bound-decay")
         if args.buffer_max is not None:
-            cmd += ["--set", f"buffer_max={args.buffer_max}"]
+            cmd += ["--buffer-max", str(args.buffer_max)]
         for kv in args.set:
             cmd += ["--set", kv]
         return cmd

@@ -66,8 +66,8 @@ def label(point: tuple[float, float]) -> str:
 
 
 def latency_args(point: tuple[float, float]) -> list[str]:
-    return ["--set", f"runtime_invoke_latency_ms={point[0]:g}",
-            "--set", f"runtime_invoke_latency_sigma={point[1]:g}"]
+    return ["--set", f"experimental.runtime_invoke_latency_ms={point[0]:g}",
+            "--set", f"experimental.runtime_invoke_latency_sigma={point[1]:g}"]
 
 
 def run(mode: str, point: tuple[float, float], run_dir: Path, a: argparse.Namespace) -> dict[str, Any]:

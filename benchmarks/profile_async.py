@@ -42,7 +42,8 @@ from pyinstrument.session import Session  # noqa: E402
 
 from benchmarks.records import command_line, write_record  # noqa: E402
 from functions.messages import LearnerWarmup, event_schema  # noqa: E402
-from orchestrator import async_loop, run  # noqa: E402
+from orchestrator import aggregator_thread, async_loop, run  # noqa: E402
+from orchestrator.cli import parse_set  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402
 from orchestrator.invokers import inline  # noqa: E402
 
@@ -140,10 +141,11 @@ def instrument(profile_functions: bool) -> None:
     def aggregate_forever(self: Any) -> Any:
         return _profiled("aggregator", orig_agg, self)
 
+    A = aggregator_thread.AggregatorThread
     orig_on_actor, orig_on_learner = T._on_actor, T._on_learner
-    orig_offer, orig_apply, orig_agg = T._offer, T._apply_while_ready, T._aggregate_forever
-    T._on_actor, T._on_learner, T._offer, T._apply_while_ready = on_actor, on_learner, offer, apply
-    T._aggregate_forever = aggregate_forever
+    orig_offer, orig_apply, orig_agg = A._offer, A._apply_while_ready, A._aggregate_forever
+    T._on_actor, T._on_learner = on_actor, on_learner
+    A._offer, A._apply_while_ready, A._aggregate_forever = offer, apply, aggregate_forever
 
     if profile_functions:
         orig_call = inline.call_handler
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-profiler", action="store_true",
                    help="no pyinstrument: the CPU numbers without the profiler's own overhead")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any TrainConfig field, e.g. --set publish_interval_ms=10")
+                   help="any TrainConfig field, e.g. --set experimental.publish_interval_ms=10")
     p.add_argument("--out", default="benchmarks/out/profile")
     p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
                    "benchmarks/records)")
@@ -257,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(a.out) / name
         out.mkdir(parents=True, exist_ok=True)
     instrument(profile_functions=a.backend == "inline")
-    overrides = dict(kv.split("=", 1) for kv in a.set)
-    cfg = load_config(None, {**overrides, "buffer_max": a.buffer_max,
+    overrides = parse_set(a.set)
+    if a.buffer_max is not None:
+        overrides.setdefault("aggregation", {})["buffer_max"] = a.buffer_max
+    cfg = load_config(None, {**overrides,
         "env": a.env, "mode": "async", "backend": a.backend, "minutes": a.minutes,
         "actors": a.actors, "learners": a.learners, "run_dir": str(out / "run"), "restart": True,
         "progress": "none", "eval_interval_s": 0,
