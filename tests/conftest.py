@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-# Every torch process shares two cores with the others: one thread each (DESIGN.md).
+# Every torch process shares two cores with the others: one thread each
+# (docs/architecture.md#performance-on-two-cores).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 

@@ -94,7 +94,7 @@ def snapshot(root: Path, skip: tuple[str, ...] = ()) -> set[str]:
 
 
 def write_result(name: str, doc: dict[str, Any]) -> None:
-    """Numbers a test measured, for RELIABILITY.md (printed; kept under $RELIABILITY_OUT)."""
+    """Numbers a test measured, for docs/reliability.md (printed; kept under $RELIABILITY_OUT)."""
     print(f"RELIABILITY {name}: {json.dumps(doc, sort_keys=True)}")
     out = os.environ.get("RELIABILITY_OUT")
     if out:
