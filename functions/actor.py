@@ -1,6 +1,6 @@
 """Actor function: sample ``n_envs x steps`` transitions with one policy version.
 
-Event: :class:`functions.messages.ActorEvent`. Writes one :class:`Trajectory` to the run's
+Event: :class:`functions.events.ActorEvent`. Writes one :class:`Trajectory` to the run's
 ``traj`` stream and returns a small JSON summary (never tensors). Warm processes keep the
 vector env (episodes continue across invocations), the policy module and the last weights;
 weights are refetched only when the wanted version moved (one round trip either way).
@@ -18,10 +18,11 @@ import torch
 
 from functions.behaviour import behaviour_sampler
 from functions.envs import drop_warm_env, warm_env
-from functions.messages import ActorEvent, Trajectory, parse_event
+from functions.events import ActorEvent, parse_event
 from functions.normalizer import RunningMeanStd
 from functions.policy import normalize_obs
 from functions.warm import PolicyCache, lower_cpu_priority, run_store, set_threads
+from functions.wire import Trajectory
 
 POLICIES = PolicyCache()
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from functions.envs import make_env
-from functions.messages import EvaluatorEvent, parse_event
+from functions.events import EvaluatorEvent, parse_event
 from functions.policy import normalize_obs
 from functions.warm import PolicyCache, run_store, set_threads
 

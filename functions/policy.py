@@ -21,8 +21,9 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from functions.envs import space_info
-from functions.messages import PolicySpec
+from functions.hyper import PolicySpec
 from functions.normalizer import RunningMeanStd
+from functions.wire import Layout
 from store.errors import CorruptBlob
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -160,7 +161,7 @@ def policy_meta(model: ActorCritic) -> dict[str, Any]:
     }
 
 
-def param_layout(model: nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def param_layout(model: nn.Module) -> Layout:
     """``(name, shape)`` of every parameter in ``named_parameters()`` order: how a flat
     gradient or parameter vector of ``model`` splits back into tensors."""
     return tuple((n, tuple(p.shape)) for n, p in model.named_parameters())

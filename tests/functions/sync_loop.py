@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions import actor, evaluator, learner
-from functions.messages import PolicySpec
+from functions.hyper import PolicySpec
 from functions.normalizer import merge_stats
 from functions.policy import build_policy, init_policy, load_policy_tensors, policy_meta
 from store import RunStore

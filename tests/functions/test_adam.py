@@ -85,7 +85,7 @@ def test_flat_adam_is_per_parameter_adam_with_the_global_clip() -> None:
 
 def test_flat_adam_state_round_trips_per_name_and_refuses_another_shape() -> None:
     from functions.adam import FlatAdam
-    from functions.messages import PolicySpec
+    from functions.hyper import PolicySpec
     from functions.policy import init_policy
 
     _, model = _policy_pair()

@@ -8,7 +8,7 @@ import torch
 
 from functions.behaviour import behaviour_sampler
 from functions.envs import make_vec_env
-from functions.messages import PolicySpec
+from functions.hyper import PolicySpec
 from functions.policy import ActorCritic
 
 BOX = {"type": "box", "shape": [2], "low": [-1.0, -2.0], "high": [1.0, 2.0]}

@@ -9,7 +9,7 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from functions.envs import UnknownEnv, UnsupportedSpace, make_vec_env, space_info
-from functions.messages import PolicySpec
+from functions.hyper import PolicySpec
 from functions.normalizer import RunningMeanStd
 from functions.policy import (
     ActorCritic,
