@@ -5,8 +5,9 @@ threads: sample ``n_envs x rollout_steps`` with the current policy, merge the ro
 observation/return statistics into the normalisers, then ``update_epochs x num_minibatches``
 Adam steps, and repeat. It runs *the same code* as Stellaris wherever that makes sense: the
 actor's ``rollout`` (vector env, obs normalisation, reward scaling, bootstrap on truncation),
-the learner's batch building (GAE / V-trace) and PPO loss, the same ``ActorCritic`` and
-``RunningMeanStd`` and ``PPOHyper`` defaults. So any difference to Stellaris is system, not maths.
+the learner's batch building (GAE / V-trace), epoch loop and minibatch step (those of an
+update-mode learner), the same ``ActorCritic`` and ``RunningMeanStd`` and ``PPOHyper``
+defaults. So any difference to Stellaris is system, not maths.
 
     python benchmarks/lean_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/lean
 
@@ -23,6 +24,7 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +35,20 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks._common import RunLog  # noqa: E402
-from functions import learner as L  # noqa: E402
-from functions import ppo  # noqa: E402
 from functions.actor import rollout  # noqa: E402
-from functions.adam import FlatAdam  # noqa: E402
-from functions.compiled import MinibatchLoss  # noqa: E402
+from functions.adam import ADAM_EPS, FlatAdam  # noqa: E402
+from functions.batch import Flat, build_batch, explained_variance, group_rollouts  # noqa: E402
+from functions.compiled import MinibatchLoss, Stats, clipped_grad  # noqa: E402
 from functions.envs import WarmEnv  # noqa: E402
-from functions.fused import FusedStep  # noqa: E402
-from functions.messages import ActorEvent, PolicySpec, PPOHyper  # noqa: E402
+from functions.epochs import Minibatch, run_epochs  # noqa: E402
+from functions.events import ActorEvent  # noqa: E402
+from functions.hyper import PolicySpec, PPOHyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
 from functions.policy import flatten_parameters, init_policy, load_policy_tensors  # noqa: E402
 from functions.ppo import annealed_lr  # noqa: E402
+from functions.step import make_step  # noqa: E402
 from functions.warm import CachedPolicy  # noqa: E402
+from functions.wire import Trajectory  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
 from orchestrator.master import OPTIMIZER_PREFIX  # noqa: E402
 from runtime.spawner import DEFAULT_PRELOAD  # noqa: E402
@@ -55,8 +59,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           hyper: PPOHyper | None = None, spec: PolicySpec | None = None,
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
-          adam_beta1: float = 0.9, compile: bool = True,
-          extrapolate: float = 0.0, publish_epoch: int | None = None,
+          adam_beta1: float = 0.9, compile: bool = True, publish_epoch: int | None = None,
           stop_at_return: float | None = None,
           init_from: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
@@ -67,10 +70,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     (env steps to a return) from any system effect; ``lag=0`` is plain PPO. ``grad_delay``
     computes each minibatch's gradient at the weights of that many Adam steps earlier and
     applies it to the current ones: the gradient staleness of the aggregator's pipeline.
-    ``compile``: the minibatch loss through torch.compile, as Stellaris' learners do by
+    ``compile``: the minibatch step through torch.compile, as Stellaris' learners do by
     default (``learner_compile``), so the reference is not slower for want of it.
-    ``extrapolate`` (with ``lag``): sample each rollout with ``θ_k + a (θ_k - θ_{k-1})``, a
-    guess at the weights it will be learned at ``lag`` updates later, instead of ``θ_k``.
     ``publish_epoch`` (with ``lag=0``): each rollout is sampled with the weights the previous
     update had after this many of its epochs — a pipeline whose actors start sampling batch
     k+1 once the learner is that far into batch k, so the data is a *fraction* of an update
@@ -78,14 +79,13 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     """
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
-    if publish_epoch is not None and (lag or extrapolate):
-        raise ValueError("publish_epoch is a lag of its own: use it with lag=0, no extrapolate")
+    if publish_epoch is not None and lag:
+        raise ValueError("publish_epoch is a lag of its own: use it with lag=0")
     hyper = hyper or PPOHyper()
     spec = spec or PolicySpec()
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    device = torch.device("cpu")
 
     t_setup = time.perf_counter()
     if compile:
@@ -95,7 +95,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         for module in DEFAULT_PRELOAD:
             importlib.import_module(module)
     model, _ = init_policy(env_id, spec, seed)
-    adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS, betas=(adam_beta1, 0.999))
+    adam = FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS, betas=(adam_beta1, 0.999))
     wenv = WarmEnv(env_id, n_envs, seed)
     obs_rms, ret_rms = RunningMeanStd((model.obs_dim,)), RunningMeanStd(())
     if init_from is not None:
@@ -111,7 +111,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
-              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean", "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1, "extrapolate": extrapolate,
+              "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean",
+              "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1,
               "publish_epoch": publish_epoch,
               "compile": compile, "backend": "single-process", "stop_at_return": stop_at_return,
               "init_from": None if init_from is None else str(init_from)}
@@ -121,27 +122,24 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     stats: dict[str, float] = {}
     it = 0
     queue: deque[Any] = deque()  # rollouts sampled, not yet learned (``lag`` of them)
-    # grad_delay: the weights of the last grad_delay + 1 steps; gradients are taken at the oldest
-    stale_model = copy.deepcopy(model) if grad_delay else model
-    stale = FlatAdam(stale_model, lr=0.0, eps=L.ADAM_EPS) if grad_delay else adam  # its views
-    history: deque[torch.Tensor] = deque(maxlen=grad_delay + 1)
-    loss_fn = MinibatchLoss(hyper, compile)
-    step = FusedStep(hyper, loss_fn, fused=compile)  # the learner's update-mode step
-    # extrapolate: actors sample with a guess at the next weights (a copy; normalisers shared)
+    delayed = _DelayedGradients(model, adam, hyper, compile, grad_delay) if grad_delay else None
+    # publish_epoch: the actors sample with a copy, set part-way through each update
     sampler = pol
-    if extrapolate or publish_epoch is not None:
+    if publish_epoch is not None:
         sampler = CachedPolicy(0, copy.deepcopy(model), pol.obs_rms, pol.ret_rms, {})
         sample_flat, _ = flatten_parameters(sampler.model)
-        before_update = adam.flat.detach().clone()
+
+    def publish(epoch: int) -> None:  # the actors' next rollout starts from here
+        if epoch == publish_epoch:
+            with torch.no_grad():
+                sample_flat.copy_(adam.flat)
+            sampler.version = pol.version
+
     while log.running(budget_s, total_steps):
         it += 1
         t0 = time.perf_counter()
         ev = ActorEvent(run_id="lean", env_id=env_id, n_envs=n_envs, steps=rollout_steps,
                         seed=seed, gamma=hyper.gamma, invocation_id=f"lean-{it}")
-        if extrapolate:
-            with torch.no_grad():
-                sample_flat.copy_(adam.flat + extrapolate * (adam.flat - before_update))
-            sampler.version = pol.version
         traj = rollout(wenv, sampler, ev)
         # The rollout was sampled with the current statistics; fold its own into the next
         # version's (as the orchestrator does with an actor's report).
@@ -161,45 +159,12 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
             used = max(log.env_steps / total_steps if total_steps else 0.0,
                        log.wall() / budget_s)
             adam.set_lr(annealed_lr(hyper.learning_rate, used))
-        groups = L._group([traj], device)
-        batch = L.build_batch(model, groups, hyper, [])
-        if extrapolate:
-            before_update = adam.flat.detach().clone()
-        sums = L._Stats()
-        epoch_kl, epochs = L._EpochKL(sums), 0
-        for epoch in range(hyper.update_epochs):
-            if epoch and L._stop_early(epoch_kl, hyper):  # target_kl, as the learner
-                break
-            epochs += 1
-            if epoch == publish_epoch:  # the actors' next rollout starts from here
-                with torch.no_grad():
-                    sample_flat.copy_(adam.flat)
-                sampler.version = pol.version
-            if epoch and hyper.is_correction == "vtrace":
-                batch = L.build_batch(model, groups, hyper, [])
-            for idx in L._minibatches(len(batch), hyper, gen):
-                if not grad_delay:  # the sync learner's step, exactly
-                    sums.add(step(model, batch, idx, adam))
-                    continue
-                # the gradient at the weights of grad_delay Adam steps earlier
-                history.append(adam.flat.detach().clone())
-                stale.flat.data.copy_(history[0])
-                stale.zero_grad()
-                loss, mb = loss_fn(stale_model, batch, idx)
-                loss.backward()
-                flat_grad = stale.flat_grad()
-                ppo.clip_grad_norm_flat_(flat_grad, hyper.max_grad_norm)
-                adam.step(flat_grad)
-                sums.add(mb)
+        stats = _update(model, adam, traj, hyper, gen, compile, delayed,
+                        publish if publish_epoch is not None else None)
         pol.version += 1
         log.version = pol.version
-        if publish_epoch is not None and publish_epoch >= epochs:  # not reached: publish now
-            with torch.no_grad():  # published after the whole update: no lag
-                sample_flat.copy_(adam.flat)
-            sampler.version = pol.version
-        stats = sums.result()
-        stats["losses/explained_variance"] = L._explained_variance(batch)
-        stats["losses/update_epochs"] = epochs
+        if publish_epoch is not None and publish_epoch >= stats["losses/update_epochs"]:
+            publish(publish_epoch)  # not reached: published after the whole update, no lag
         stats["charts/learning_rate"] = adam.lr
         t2 = time.perf_counter()
         t_sample += t1 - t0
@@ -210,6 +175,53 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         "mode": "lean", "backend": "single-process", "env": env_id, "setup_s": setup_s,
         "timings": {"sample_s": t_sample, "learn_s": t_learn},
     })
+
+
+def _update(model: torch.nn.Module, adam: FlatAdam, traj: Trajectory, hyper: PPOHyper,
+            gen: torch.Generator, compile: bool, delayed: _DelayedGradients | None,
+            on_epoch: Callable[[int], None] | None) -> dict[str, float]:
+    """One PPO update on ``traj`` (the sync learner's, functions/update_mode.py, in one
+    process); its ``losses/*`` statistics."""
+    groups = group_rollouts([traj], torch.device("cpu"))
+    batch = build_batch(model, groups, hyper, [])
+    step = make_step(hyper, model, batch, compile=compile, adam=adam)
+    sums = delayed.start() if delayed is not None else step.stats
+    done = run_epochs(hyper, batch, gen,
+                      delayed if delayed is not None else lambda b, mb: step(model, b, mb.idx),
+                      sums, rebuild=lambda: build_batch(model, groups, hyper, []),
+                      on_epoch=on_epoch)
+    stats = sums.result()
+    stats["losses/explained_variance"] = explained_variance(batch)
+    stats["losses/update_epochs"] = done.epochs
+    return stats
+
+
+class _DelayedGradients:
+    """``grad_delay``: each minibatch's gradient taken at the weights of ``delay`` Adam steps
+    earlier (a copy of the module), applied to the current ones."""
+
+    def __init__(self, model: torch.nn.Module, adam: FlatAdam, hyper: PPOHyper, compile: bool,
+                 delay: int) -> None:
+        self.adam, self.max_grad_norm = adam, hyper.max_grad_norm
+        self.loss = MinibatchLoss(hyper, compile)
+        self.stale_model = copy.deepcopy(model)
+        self.stale = FlatAdam(self.stale_model, lr=0.0, eps=ADAM_EPS)  # its views
+        # the weights of the last delay + 1 steps; gradients are taken at the oldest
+        self.history: deque[torch.Tensor] = deque(maxlen=delay + 1)
+        self.sums = Stats()
+
+    def start(self) -> Stats:
+        """A new update's statistics."""
+        self.sums = Stats()
+        return self.sums
+
+    def __call__(self, batch: Flat, mb: Minibatch) -> None:
+        self.history.append(self.adam.flat.detach().clone())
+        self.stale.flat.data.copy_(self.history[0])
+        grad, stats = clipped_grad(self.loss, self.stale_model, self.stale.params, batch, mb.idx,
+                                   self.max_grad_norm)
+        self.adam.step(grad)
+        self.sums.add(stats)
 
 
 def _hyper(is_correction: str | None, pairs: list[str]) -> PPOHyper:
@@ -236,8 +248,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grad-delay", type=int, default=0,
                    help="take each gradient at the weights of this many Adam steps earlier")
     p.add_argument("--adam-beta1", type=float, default=0.9, help="Adam's momentum coefficient")
-    p.add_argument("--extrapolate", type=float, default=0.0,
-                   help="with --lag: sample with theta_k + a (theta_k - theta_k-1)")
     p.add_argument("--publish-epoch", type=int,
                    help="sample each rollout with the weights the previous update had after "
                         "this many epochs (a fraction of an update of lag)")
@@ -253,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
               _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
-              compile=not a.no_compile, extrapolate=a.extrapolate,
-              publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return,
+              compile=not a.no_compile, publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return,
               init_from=a.init_from)
     print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")

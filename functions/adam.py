@@ -19,6 +19,9 @@ import torch
 
 from functions.policy import flatten_parameters
 
+ADAM_EPS = 1e-5  # CleanRL's
+OPTIMIZER_STATE = "optimizer"  # the store state the published versions' Adam moments are in
+
 
 def adam_step(optimizer: torch.optim.Adam, param: torch.Tensor, grad: torch.Tensor) -> None:
     """``param.grad = grad; optimizer.step()`` for an optimizer over ``param`` alone."""
@@ -73,9 +76,6 @@ class FlatAdam:
     def zero_grad(self) -> None:
         for p in self.params:  # cheaper than Module.zero_grad, which walks every submodule
             p.grad = None
-
-    def flat_grad(self) -> torch.Tensor:
-        return flat_grad(self.params)
 
     def step(self, flat_grad: torch.Tensor) -> None:
         adam_step(self.optimizer, self.flat, flat_grad)

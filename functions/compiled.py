@@ -1,17 +1,18 @@
-"""The learner's minibatch loss, optionally through ``torch.compile``.
+"""The learner's minibatch loss and gradient, eager or through ``torch.compile``, and the one
+rule for a step that fails to compile.
 
 A PPO minibatch on Hopper is 64 samples through two 64x64 MLPs: microseconds of arithmetic
 behind ~100 tensor ops forward and as many backward, each a few microseconds of dispatch.
-Eagerly that is ~720 µs per minibatch on one core, the learner's whole cost; compiled
-(inductor fuses the gathers, the Gaussian log-prob and the clipped surrogate into a few C++
-kernels, forward and backward) it is about half (benchmarks/RESULTS.md). Same maths, same
-code: the compiled function calls :func:`functions.ppo.ppo_loss` and the policy's methods.
+Eagerly that is the learner's whole cost; compiled (inductor fuses the gathers, the Gaussian
+log-prob and the clipped surrogate into a few C++ kernels, forward and backward) it is about
+half (docs/decisions.md#learner-compile). Same maths, same code: the compiled function calls
+:func:`functions.ppo.ppo_loss` and the policy's methods.
 
 Costs and limits, and why compiling is a choice (``learner_compile``) rather than a given:
 the first compile in a process takes ~2 s with inductor's on-disk cache warm and ~15 s cold
 (a fresh machine, or a Lambda execution environment: the cache lives in ``/tmp``), and it
 needs a C++ compiler on the machine. When compiling fails the learner says so once and goes
-on eagerly; results are the same to float rounding.
+on eagerly (:class:`Fallback`); results are the same to float rounding.
 """
 
 from __future__ import annotations
@@ -19,20 +20,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from functions import ppo
-from functions.adam import flat_grad
-from functions.messages import PPOHyper
-from functions.policy import init_policy
+from functions.adam import FlatAdam, flat_grad
+from functions.hyper import PPOHyper
 
 log = logging.getLogger(__name__)
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+T = TypeVar("T")
 
 # torch's own switch for the probe below; one set by whoever runs us is theirs to keep
 VEC_ISA_ENV = "TORCHINDUCTOR_VEC_ISA_OK"
@@ -48,7 +48,7 @@ def compile_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     enabled it, so the base ISAs are trusted instead (torch's ``cpp.vec_isa_ok``, as Meta's own
     builds do); AVX-512's bf16 and VNNI extensions still probe. A learner's first invocation
     on Hopper went from 5.3 to 4.1 s (three runs each). Should a kernel then fail to build,
-    the loss and the fused step say so and step eagerly, as for any failed compile.
+    the step falls back as for any failed compile.
     """
     if VEC_ISA_ENV not in os.environ:
         import torch._inductor.config as inductor_config  # here: a second to import
@@ -57,7 +57,36 @@ def compile_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compile(fn)
 
 
-def _loss_kwargs(hyper: PPOHyper) -> dict[str, Any]:
+class Fallback:
+    """The one rule for every accelerated step (a compiled loss, a compiled whole step, a
+    CUDA graph): its first call proves it.
+
+    If that call raises, the eager step runs with the same arguments and decides: its error
+    (bad data fails eagerly too) is the learner's to raise; if it succeeds, what failed was
+    compiling (or capturing), so this process steps eagerly from then on — said once, kept in
+    :attr:`failed` so that later invocations do not try (and pay for) it again. Compiling and
+    capturing happen before anything runs, so the eager rerun never repeats an update.
+    """
+
+    failed = False
+
+    @classmethod
+    def prove(cls, fast: Callable[[], Any], eager: Callable[[], T],
+              what: str) -> tuple[Any, bool]:
+        """``(fast(), True)``, or ``(eager(), False)`` where ``fast`` raised."""
+        try:
+            return fast(), True
+        except Exception as exc:  # noqa: BLE001 - whatever failed, eager decides below
+            out = eager()
+            if not cls.failed:
+                first = (str(exc).splitlines() or [""])[0][:200]
+                log.warning("%s failed (%s: %s); the learner steps eagerly from now on", what,
+                            type(exc).__name__, first)
+            cls.failed = True
+            return out, False
+
+
+def loss_kwargs(hyper: PPOHyper) -> dict[str, Any]:
     """The hyper-parameters the loss depends on (not lr, epochs, gamma...)."""
     return dict(clip_coef=hyper.clip_coef, ent_coef=hyper.ent_coef, vf_coef=hyper.vf_coef,
                 # batch scope: build_batch standardized them already, the loss must not again
@@ -66,7 +95,7 @@ def _loss_kwargs(hyper: PPOHyper) -> dict[str, Any]:
                 is_correction=hyper.is_correction, rho_bar=hyper.rho_bar)
 
 
-def _loss_terms(kwargs: dict[str, Any]) -> LossFn:
+def loss_terms(kwargs: dict[str, Any]) -> LossFn:
     """The loss of minibatch ``idx`` of a flat batch, hyper-parameters bound as constants
     (the compiled graph specialises on them instead of guarding on a pydantic object)."""
 
@@ -91,20 +120,19 @@ class MinibatchLoss:
     _lock = threading.Lock()
     # per loss hyper-parameters, shared by a process's threads
     _compiled: dict[tuple[tuple[str, Any], ...], LossFn] = {}
-    _failed = False  # compiling failed once in this process: do not retry every invocation
 
     def __init__(self, hyper: PPOHyper, compile: bool) -> None:
-        kwargs = _loss_kwargs(hyper)
-        self.eager = _loss_terms(kwargs)
+        kwargs = loss_kwargs(hyper)
+        self.eager = loss_terms(kwargs)
         self.fn: LossFn = self.eager
-        self.proven = not compile  # eager needs no proof; compiled until its first success
-        if compile and not MinibatchLoss._failed:
+        if compile and not Fallback.failed:
             key = tuple(sorted(kwargs.items()))
             with MinibatchLoss._lock:
                 if key not in MinibatchLoss._compiled:
                     # dynamic=None: specialise on the first shapes, generalise if they vary
                     MinibatchLoss._compiled[key] = compile_fn(self.eager)
                 self.fn = MinibatchLoss._compiled[key]
+        self.proven = self.fn is self.eager  # eager needs no proof
 
     @property
     def compiled(self) -> bool:
@@ -116,18 +144,39 @@ class MinibatchLoss:
                 b.logratio_others, b.logprobs_prox)
         if self.proven:
             return self.fn(*args)
-        try:
-            out = self.fn(*args)
-        except Exception as exc:  # noqa: BLE001 - whatever failed, eager decides below
-            # Bad data fails eagerly too, and that error is the learner's to raise; only a
-            # failure of compiling itself leaves this process eager from now on.
-            out = self.eager(*args)
-            log.warning("torch.compile of the learner loss failed (%s: %s); computing it "
-                        "eagerly", type(exc).__name__, str(exc).splitlines()[0][:200])
-            MinibatchLoss._failed = True
+        if Fallback.failed:  # another step failed to compile since this one was built
+            out, compiled = self.eager(*args), False
+        else:
+            out, compiled = Fallback.prove(lambda: self.fn(*args), lambda: self.eager(*args),
+                                           "torch.compile of the learner loss")
+        if not compiled:
             self.fn = self.eager
         self.proven = True
         return out
+
+
+class Stats:
+    """Running sums of the loss's statistics over a learner's minibatches (``n`` of them).
+
+    Summed as tensors on the step's device, in place: a ``float()`` per stat per minibatch
+    would sync a GPU eight times, and a CUDA graph captures in-place sums (``count=False``
+    there: the graph's caller counts its replays).
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.n = 0
+
+    def add(self, stats: dict[str, torch.Tensor], count: bool = True) -> None:
+        for k, v in stats.items():
+            if k not in self.sums:
+                self.sums[k] = torch.zeros((), dtype=v.dtype, device=v.device)
+            self.sums[k].add_(v.detach())
+        self.n += int(count)
+
+    def result(self) -> dict[str, float]:
+        """CleanRL's ``losses/*`` metrics: each statistic's mean over the minibatches."""
+        return {f"losses/{k}": float(v) / max(self.n, 1) for k, v in self.sums.items()}
 
 
 def clipped_grad(loss_fn: LossFn | MinibatchLoss, model: torch.nn.Module,
@@ -135,7 +184,7 @@ def clipped_grad(loss_fn: LossFn | MinibatchLoss, model: torch.nn.Module,
                  max_grad_norm: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One minibatch's gradient — loss, backward, one flat copy of the gradients, the
     global-norm clip — and the loss's stats. Every learner step is this, then an Adam step
-    (sync learner, lean PPO, graphed update) or a send (async learner)."""
+    (:func:`ppo_step`) or a send (gradient mode)."""
     for p in params:  # cheaper than Module.zero_grad, which walks every submodule
         p.grad = None
     loss, stats = loss_fn(model, batch, idx)
@@ -145,54 +194,10 @@ def clipped_grad(loss_fn: LossFn | MinibatchLoss, model: torch.nn.Module,
     return grad, stats
 
 
-def warm_cache(env_id: str, hyper: PPOHyper | None = None, batch: int = 2048,
-               minibatch: int = 64) -> float:
-    """Compile the loss and the fused whole step (:mod:`functions.fused`) for ``env_id``'s
-    policy shapes once, filling inductor's disk cache (seconds later, in any process on this
-    machine, instead of ~15 s); returns the seconds it took. For benchmarks (every run, not
-    only the first, finds the cache warm) and for images built for short-lived execution
-    environments."""
-    from functions.adam import FlatAdam  # here: these import this module
-    from functions.fused import FusedStep
-    from functions.learner import ADAM_EPS
-
-    hyper = hyper or PPOHyper()
-    model, _ = init_policy(env_id, seed=0)
-    b = synthetic_batch(model, batch)
-    # Compile with one thread, as the functions and the lean PPO run: inductor's CPU kernels
-    # (and so its cache entries) differ with the thread count, and a cache warmed with all of
-    # a 16-core machine's threads left a one-thread learner a cold ~50 s compile there.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        t0 = time.perf_counter()
-        fn = MinibatchLoss(hyper, compile=True)
-        loss, _ = fn(model, b, torch.arange(minibatch))
-        loss.backward()
-        if not fn.compiled:
-            raise RuntimeError("torch.compile is not available here (see the warning above)")
-        step = FusedStep(hyper, fn, fused=True)
-        step(model, b, torch.arange(minibatch),
-             FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS))
-        if not step.steps_fused:
-            raise RuntimeError("torch.compile of the fused step failed here (see the warning above)")
-        return time.perf_counter() - t0
-    finally:
-        torch.set_num_threads(threads)
-
-
-def synthetic_batch(model: Any, n: int, k: int = 0, seed: int = 0) -> Any:
-    """A random flat batch of ``n`` samples shaped for ``model`` (``k`` other versions'
-    log-ratios), with actions as actors record them: int64 indices, or float vectors."""
-    from functions.learner import Flat  # here: the learner imports this module
-
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g)
-
-    actions = (torch.randint(model.act_dim, (n,), generator=g) if model.discrete
-               else r(n, model.act_dim))
-    return Flat(obs=r(n, model.obs_dim), actions=actions, logprobs=r(n) - 3.0, values=r(n),
-                advantages=r(n), returns=r(n), behaviour_version=torch.zeros(n, dtype=torch.long),
-                logratio_others=0.1 * r(n, k), logprobs_prox=r(n) - 3.0)
+def ppo_step(loss_fn: LossFn | MinibatchLoss, model: torch.nn.Module, batch: Any,
+             idx: torch.Tensor, adam: FlatAdam, max_grad_norm: float) -> dict[str, torch.Tensor]:
+    """One PPO minibatch: loss, backward, the global-norm clip, one Adam step; the minibatch's
+    stats. The eager reference every optimizer step is checked against (and falls back to)."""
+    grad, stats = clipped_grad(loss_fn, model, adam.params, batch, idx, max_grad_norm)
+    adam.step(grad)
+    return stats

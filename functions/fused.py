@@ -3,26 +3,24 @@
 On Hopper a PPO minibatch is 64 samples through two 64x64 MLPs. With the loss compiled
 (:mod:`functions.compiled`) the step is still three trips through Python and the dispatcher:
 the compiled forward, autograd's compiled backward plus the gradient's flat copy and clip, and
-the fused Adam kernel; ~340 µs on one core, of which the arithmetic is about half. Here
+the fused Adam kernel, of which the arithmetic is about half. Here
 ``torch.func.grad_and_value`` differentiates the same loss with respect to the flat parameter
 vector inside ``torch.compile``, so forward, backward, the global-norm clip and the Adam update
-are one graph: ~180 µs (benchmarks/RESULTS.md), and the learner is ~40% of the functions' bill.
+are one graph: about half the time again (docs/decisions.md#learner-compile).
 
-Same maths as :func:`functions.learner.ppo_step` (the eager reference): the loss is
-:func:`functions.compiled._loss_terms`, the clip :func:`functions.ppo.clip_grad_norm_flat_`'s
+Same maths as :func:`functions.compiled.ppo_step` (the eager reference): the loss is
+:func:`functions.compiled.loss_terms`, the clip :func:`functions.ppo.clip_grad_norm_flat_`'s
 formula, the update ``torch.optim.Adam``'s, on the optimizer's own state tensors (so
 ``FlatAdam.state_arrays``, checkpoints and the store's optimizer state are unchanged). Results
 agree with the eager step to float rounding, not bitwise (tests/functions/test_fused.py).
 
-Used where the step is a plain Adam step on the CPU (update mode: sync rounds, the publishing
-async learner, the lean PPO). A CUDA learner replays a CUDA graph instead
-(:mod:`functions.graphed`); gradient mode sends gradients rather than stepping. When compiling
-fails the step says so once and runs eagerly, as :class:`~functions.compiled.MinibatchLoss`.
+One of the step's implementations (:func:`functions.step.make_step` chooses): where the step
+is a plain Adam step on the CPU (update mode: sync rounds, the publishing async learner, the
+lean PPO). When compiling fails it steps eagerly, by :class:`~functions.compiled.Fallback`.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -31,12 +29,16 @@ import torch
 from torch.func import functional_call, grad_and_value
 
 from functions.adam import FlatAdam
-from functions.compiled import MinibatchLoss, _loss_kwargs, _loss_terms, clipped_grad, compile_fn
-from functions.messages import PPOHyper
-
-log = logging.getLogger(__name__)
-
-Layout = tuple[tuple[str, tuple[int, ...]], ...]
+from functions.compiled import (
+    Fallback,
+    MinibatchLoss,
+    compile_fn,
+    loss_kwargs,
+    loss_terms,
+    ppo_step,
+)
+from functions.hyper import PPOHyper
+from functions.wire import Layout
 
 
 class _LossModule(torch.nn.Module):
@@ -58,7 +60,7 @@ def _train_step(kwargs: dict[str, Any], layout: Layout, max_grad_norm: float,
                 betas: tuple[float, float], eps: float) -> Callable[..., dict[str, torch.Tensor]]:
     """The step for one loss, parameter layout and optimizer, its constants bound (the graph
     specialises on them): updates ``flat`` and Adam's state in place, returns the stats."""
-    loss = _loss_terms(kwargs)
+    loss = loss_terms(kwargs)
     names = [f"model.{n}" for n, _ in layout]
     shapes = [s for _, s in layout]
     sizes = [int(torch.Size(s).numel()) for s in shapes]
@@ -117,13 +119,12 @@ class FusedStep:
     """``step(model, batch, idx, adam) -> stats``: one PPO minibatch and its Adam step.
 
     ``fused`` asks for the compiled whole step; it is taken on the CPU with a plain Adam, and
-    otherwise (or once compiling has failed in this process) the eager reference runs:
-    ``clipped_grad`` through ``loss_fn`` then ``adam.step``.
+    otherwise (or once a compile has failed in this process) the eager reference runs:
+    :func:`~functions.compiled.ppo_step` through ``loss_fn``.
     """
 
     _lock = threading.Lock()
     _compiled: dict[tuple[Any, ...], Callable[..., dict[str, torch.Tensor]]] = {}
-    _failed = False
 
     def __init__(self, hyper: PPOHyper, loss_fn: MinibatchLoss, fused: bool) -> None:
         self.hyper = hyper
@@ -147,7 +148,7 @@ class FusedStep:
 
     def _fn(self, adam: FlatAdam, layout: Layout) -> Callable[..., dict[str, torch.Tensor]]:
         group = adam.optimizer.param_groups[0]
-        kwargs = _loss_kwargs(self.hyper)
+        kwargs = loss_kwargs(self.hyper)
         key = (tuple(sorted(kwargs.items())), layout, float(self.hyper.max_grad_norm),
                tuple(group["betas"]), float(group["eps"]))
         with FusedStep._lock:
@@ -165,14 +166,11 @@ class FusedStep:
 
     def _eager(self, model: torch.nn.Module, batch: Any, idx: torch.Tensor,
                adam: FlatAdam) -> dict[str, torch.Tensor]:
-        grad, stats = clipped_grad(self.loss_fn, model, adam.params, batch, idx,
-                                   self.hyper.max_grad_norm)
-        adam.step(grad)
-        return stats
+        return ppo_step(self.loss_fn, model, batch, idx, adam, self.hyper.max_grad_norm)
 
     def __call__(self, model: torch.nn.Module, batch: Any, idx: torch.Tensor,
                  adam: FlatAdam) -> dict[str, torch.Tensor]:
-        fn = None if not self.fused or FusedStep._failed else self._step_for(adam)
+        fn = None if not self.fused or Fallback.failed else self._step_for(adam)
         if fn is None:
             return self._eager(model, batch, idx, adam)
         wrapper = self._wrappers.get(id(model))
@@ -184,18 +182,11 @@ class FusedStep:
                 batch.logprobs, batch.advantages, batch.returns, batch.values,
                 batch.logratio_others, batch.logprobs_prox)
         if self.proven:
-            self.steps_fused += 1
-            return fn(*args)
-        try:
-            stats = fn(*args)
-        except Exception as exc:  # noqa: BLE001 - compiling failed: eager from now on
-            # Compiling happens before the graph runs, so nothing was updated; bad data
-            # fails eagerly too, and that error is the learner's to raise.
-            log.warning("torch.compile of the learner's whole step failed (%s: %s); stepping "
-                        "with the compiled loss only", type(exc).__name__,
-                        str(exc).splitlines()[0][:200])
-            FusedStep._failed = True
-            return self._eager(model, batch, idx, adam)
-        self.proven = True
-        self.steps_fused += 1
+            stats, fused = fn(*args), True
+        else:
+            stats, fused = Fallback.prove(lambda: fn(*args),
+                                          lambda: self._eager(model, batch, idx, adam),
+                                          "torch.compile of the learner's whole step")
+            self.proven = fused
+        self.steps_fused += int(fused)
         return stats

@@ -2,8 +2,8 @@
 
 Hopper's policy is two 64x64 MLPs: a minibatch step is ~150 tiny kernels eagerly, ~20
 compiled, and on a GPU each costs a launch from Python (~5-20 µs of host time), not
-arithmetic. Measured on an H200 (benchmarks/RESULTS.md, ``benchmarks/gpu_bench.py``) the
-step was 3.5x *slower* than one CPU core, eager or compiled. Captured once as a CUDA graph
+arithmetic. Measured on an H200 (``benchmarks/gpu_bench.py``) the step was 3.5x *slower*
+than one CPU core, eager or compiled. Captured once as a CUDA graph
 — forward, backward, the flat gradient, the global-norm clip and (update mode) the fused
 Adam step — each later minibatch is one copy of its indices and one replay: the GPU runs
 the same kernels on the same buffers with no Python between them.
@@ -23,21 +23,20 @@ What a graph requires, and how this keeps it:
   summed into device accumulators inside the graph and read once at the end.
 
 Numbers are the eager step's to float rounding (the same kernels in the same order); the
-CUDA tests compare a graphed learner with the CPU's reference loop.
+CUDA tests compare a graphed learner with the CPU's reference loop. One of the step's
+implementations (:func:`functions.step.make_step` chooses); a capture that fails steps
+eagerly, by :class:`~functions.compiled.Fallback`.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from functions.adam import adam_step
-from functions.compiled import clipped_grad
-
-log = logging.getLogger(__name__)
+from functions.compiled import Fallback, Stats, clipped_grad
 
 WARMUP_STEPS = 3  # eager steps before the capture (PyTorch's examples use 3)
 MAX_GRAPHS = 2  # minibatch sizes with a graph: tensor_split makes at most two
@@ -62,12 +61,10 @@ class GraphedStep:
         self.optimizer, self.flat = optimizer, flat
         self.device = self.params[0].device
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self.sums: dict[str, torch.Tensor] = {}  # device accumulators of the loss's stats
-        self.n = 0
+        self.acc = Stats()  # the loss's stats, summed on the device (inside the graph too)
         self.warm: dict[int, int] = {}  # eager steps per minibatch size
         self.side = torch.cuda.Stream(self.device)
         self.replays = 0
-        self.failed = False  # a capture failed: eager from then on, as compiling does
 
     def _step(self, idx: torch.Tensor) -> torch.Tensor:
         """The step itself: run eagerly, or recorded inside a capture."""
@@ -75,14 +72,8 @@ class GraphedStep:
                                    self.max_grad_norm)
         if self.optimizer is not None:
             adam_step(self.optimizer, self.flat, grad)
-        self._accumulate(stats)
+        self.acc.add(stats, count=False)  # __call__ counts: a replay runs no Python
         return grad
-
-    def _accumulate(self, stats: dict[str, torch.Tensor]) -> None:
-        for k, v in stats.items():
-            if k not in self.sums:
-                self.sums[k] = torch.zeros((), dtype=v.dtype, device=self.device)
-            self.sums[k].add_(v.detach())
 
     def _capture(self, size: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
         static_idx = torch.zeros(size, dtype=torch.long, device=self.device)
@@ -93,24 +84,24 @@ class GraphedStep:
 
     def __call__(self, idx: torch.Tensor) -> torch.Tensor:
         """One minibatch step on ``idx`` (indices on the device)."""
-        self.n += 1
+        self.acc.n += 1
         size = idx.numel()
         if size not in self.graphs:
             # The first size warms up for WARMUP_STEPS; another (a ragged last minibatch)
             # for one step, so that its compile happens before, not inside, a capture.
             needed = 1 if self.graphs else WARMUP_STEPS
-            if self.failed or self.warm.get(size, 0) < needed or len(self.graphs) >= MAX_GRAPHS:
+            if (Fallback.failed or self.warm.get(size, 0) < needed
+                    or len(self.graphs) >= MAX_GRAPHS):
                 self.warm[size] = self.warm.get(size, 0) + 1
                 return self._eager_on_side_stream(idx)
-            try:
-                self.graphs[size] = self._capture(size)
-            except RuntimeError as exc:
-                # Nothing ran during the failed capture (capturing records, it does not
-                # execute), so this minibatch and the rest go eagerly with the same result.
-                log.warning("CUDA graph capture of the learner step failed (%s); stepping "
-                            "eagerly", str(exc).splitlines()[0][:200])
-                self.failed = True
-                return self._eager_on_side_stream(idx)
+            # Nothing runs during a capture (capturing records, it does not execute): where
+            # it fails, this minibatch and the rest go eagerly with the same result.
+            out, captured = Fallback.prove(lambda: self._capture(size),
+                                           lambda: self._eager_on_side_stream(idx),
+                                           "CUDA graph capture of the learner step")
+            if not captured:
+                return out
+            self.graphs[size] = out
         graph, static_idx, grad = self.graphs[size]
         static_idx.copy_(idx)
         graph.replay()
@@ -129,11 +120,7 @@ class GraphedStep:
         grad.record_stream(current)
         return grad
 
-    def stats(self) -> dict[str, float]:
-        """The loss's statistics, mean over the steps taken (one host sync)."""
-        return {f"losses/{k}": float(v) / max(self.n, 1) for k, v in self.sums.items()}
-
 
 def can_graph(device: torch.device, wanted: bool, vtrace: bool) -> bool:
     """Whether a learner invocation steps through :class:`GraphedStep`."""
-    return wanted and device.type == "cuda" and not vtrace
+    return wanted and device.type == "cuda" and not vtrace and not Fallback.failed

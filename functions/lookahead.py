@@ -2,9 +2,9 @@
 
 The master applies a learner's gradients one Adam step each, a few versions after the learner
 computed them — the writer's queue, the stream and the aggregator's batching window sit in
-between (~5 versions on Hopper on two cores). The staleness study (benchmarks/RESULTS.md)
-measured what that costs: with gradients 3-6 versions stale PPO reached 35-50% less return at
-400k env steps, and Adam's momentum only took part of it back.
+between (~5 versions on Hopper on two cores). The lag emulation measured what that costs:
+with gradients 3-6 versions stale PPO reached 35-50% less return at 400k env steps, and Adam's
+momentum only took part of it back (docs/decisions.md#learner-lookahead).
 
 A learner that looks ahead applies every gradient it sends to its own copy of the policy with
 the master's optimizer (the same fused Adam, lr, betas and eps) and computes the next
@@ -19,11 +19,13 @@ per warm process), the last gradient it applied and the version that produced
 in between, a dropped or de-duplicated one, a republished checkpoint — the learner rebases:
 the master's weights plus its own steps the master has not applied yet. It also rebases at
 the start of every invocation, which bounds any drift (Adam moments of a cold learner) to
-one batch.
+one batch. A warm process keeps its look-ahead per run (:data:`LOOKAHEADS`), so its
+unconfirmed steps carry over to the next invocation.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -32,9 +34,11 @@ from typing import Any
 
 import torch
 
-from functions.adam import adam_step
-from functions.policy import ActorCritic, flatten_parameters
-from store import Applied
+from functions.adam import ADAM_EPS, adam_step
+from functions.normalizer import RunningMeanStd
+from functions.policy import ActorCritic, build_policy, flatten_parameters, load_policy_tensors
+from functions.warm import CachedPolicy, same_shape
+from store import Applied, PolicySnapshot, RunStore
 
 MAX_UNCONFIRMED = 1024  # bound on memory if the master stops confirming (one vector each)
 
@@ -113,3 +117,57 @@ class Lookahead:
                     sent.version = int(version) + i
         self.version = int(version) + len(self.sent)
         self.rebases += 1
+
+
+class LookaheadCache(threading.local):
+    """Each thread's (each execution environment's) look-ahead per run, kept warm across
+    invocations like the learner's policy cache, so a learner's unconfirmed steps carry over."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], Lookahead] = {}
+
+    def get(self, rs: RunStore) -> Lookahead | None:
+        return self.entries.get((rs.store.url, rs.run_id))
+
+    def put(self, rs: RunStore, la: Lookahead) -> None:
+        self.entries.pop((rs.store.url, rs.run_id), None)
+        self.entries[(rs.store.url, rs.run_id)] = la
+        while len(self.entries) > 2:
+            self.entries.pop(next(iter(self.entries)))
+
+    def drop(self, rs: RunStore) -> None:
+        self.entries.pop((rs.store.url, rs.run_id), None)
+
+
+LOOKAHEADS = LookaheadCache()
+
+
+def lookahead_policy(rs: RunStore, lr: float, betas: tuple[float, float],
+                     device: torch.device) -> tuple[CachedPolicy, Lookahead]:
+    """The policy a look-ahead learner starts from: the master's latest plus this learner's
+    steps the master has not applied yet (a fresh look-ahead when the process is cold)."""
+    adam_hyper = (tuple(betas), ADAM_EPS)
+    la = LOOKAHEADS.get(rs)
+    if la is not None and (la.hyper != adam_hyper or la.flat.device.type != device.type):
+        la = None
+    snap, applied = rs.params.latest_with_applied(la.lineage if la else "-")
+    if la is not None and not same_shape(la.meta, snap.meta):
+        la = None
+    if la is None:
+        model = build_policy(snap.meta).to(device)
+        obs_rms, ret_rms = load_policy_tensors(model, snap.tensors)
+        la = Lookahead(model, snap.version, lr, *adam_hyper, meta=snap.meta)
+    else:
+        obs_rms, ret_rms = rebase(la, snap, applied)
+        la.set_lr(lr)
+    LOOKAHEADS.put(rs, la)
+    return CachedPolicy(snap.version, la.model, obs_rms, ret_rms, dict(snap.meta)), la
+
+
+def rebase(la: Lookahead, snap: PolicySnapshot,
+           applied: Applied) -> tuple[RunningMeanStd, RunningMeanStd]:
+    """Onto the master's ``snap`` (read with ``applied``, atomically); returns its normalisers."""
+    la.confirm(applied)
+    loaded: list[tuple[RunningMeanStd, RunningMeanStd]] = []
+    la.rebase(snap.version, lambda: loaded.append(load_policy_tensors(la.model, snap.tensors)))
+    return loaded[0]

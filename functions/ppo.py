@@ -236,7 +236,7 @@ def annealed_lr(initial_lr: float, budget_used: float) -> float:
     used (env steps, or wall clock, whichever is further along), to a floor just above 0.
 
     Late in a long run a constant rate keeps taking full-size steps on a policy that is
-    already good, and Hopper's return peaks and then falls (benchmarks/RESULTS.md, 10-minute
-    runs); a decaying one lets it settle.
+    already good, and Hopper's return can peak and then fall; a decaying one lets it settle.
+    Off by default: docs/decisions.md#rejected-anneal-lr-default.
     """
     return initial_lr * max(1.0 - min(max(budget_used, 0.0), 1.0), LR_FLOOR)

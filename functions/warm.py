@@ -50,7 +50,7 @@ def run_store(redis_url: str | None, run_id: str) -> RunStore:
 
 
 def set_threads() -> None:
-    """Functions share two cores with everything else (DESIGN.md): one torch thread."""
+    """Functions share the machine's two cores with everything else: one torch thread."""
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
 
@@ -113,9 +113,6 @@ class PolicyCache:
 
     def _key(self, rs: RunStore) -> tuple[str, str]:
         return (rs.store.url, rs.run_id)
-
-    def peek(self, rs: RunStore) -> CachedPolicy | None:
-        return self._entries.get(self._key(rs))
 
     def get(
         self,

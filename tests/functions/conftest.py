@@ -1,4 +1,4 @@
-"""Fixtures shared by the learner-step tests."""
+"""Fixtures shared by the functions' tests (plain helpers they share: fn_helpers.py)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def _policy_pair():
 def test_flat_adam_is_per_parameter_adam_with_the_global_clip() -> None:
     """The PPO step's flat path: one cat, the flat clip, one fused step — the update of
     per-tensor ``clip_grad_norm_`` + ``torch.optim.Adam`` (to float rounding)."""
-    from functions.adam import FlatAdam
+    from functions.adam import FlatAdam, flat_grad
     from functions.ppo import clip_grad_norm_flat_
 
     ref, model = _policy_pair()
@@ -73,7 +73,7 @@ def test_flat_adam_is_per_parameter_adam_with_the_global_clip() -> None:
              + m.actor_logstd.pow(2).sum()).backward()
         torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
         opt.step()
-        g = adam.flat_grad()
+        g = flat_grad(adam.params)
         clip_grad_norm_flat_(g, 0.5)
         adam.step(g)
     for (name, p), q in zip(ref.named_parameters(), model.parameters(), strict=True):

@@ -1,5 +1,5 @@
-"""The learner's minibatch loss through torch.compile: same loss, same gradients, and an
-eager fallback when compiling is impossible."""
+"""The learner's minibatch loss through torch.compile: same loss, same gradients, and the
+eager fallback when compiling is impossible (the one rule, :class:`Fallback`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from functions import compiled
-from functions.compiled import MinibatchLoss, synthetic_batch, warm_cache
-from functions.learner import Flat
-from functions.messages import PPOHyper
+from functions.batch import Flat, synthetic_batch
+from functions.compiled import Fallback, MinibatchLoss
+from functions.hyper import PPOHyper
 from functions.policy import init_policy
 
 
@@ -46,7 +46,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog,
                                                   broken_torch_compile) -> None:
     """No C++ compiler, an unsupported op...: the learner warns and goes on eagerly."""
     monkeypatch.setattr(compiled.MinibatchLoss, "_compiled", {})
-    monkeypatch.setattr(compiled.MinibatchLoss, "_failed", False)
+    monkeypatch.setattr(Fallback, "failed", False)
     hyper = PPOHyper()
     model, _ = init_policy("Pendulum-v1", seed=1)
     b = synthetic_batch(model, 64)
@@ -62,7 +62,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog,
 
 def test_a_real_error_still_raises(monkeypatch) -> None:
     """The fallback is for compiling, not for bad data: eager raises, compiling stays on."""
-    monkeypatch.setattr(compiled.MinibatchLoss, "_failed", False)
+    monkeypatch.setattr(Fallback, "failed", False)
     hyper = PPOHyper()
     model, _ = init_policy("Pendulum-v1", seed=1)
     b = synthetic_batch(model, 64)
@@ -70,34 +70,6 @@ def test_a_real_error_still_raises(monkeypatch) -> None:
     with pytest.raises(RuntimeError):
         MinibatchLoss(hyper, compile=True)(model, b, torch.arange(32))
     assert MinibatchLoss(hyper, compile=True).compiled
-
-
-def test_warm_cache_compiles_for_an_env() -> None:
-    for env_id in ("Pendulum-v1", "CartPole-v1"):  # continuous and discrete actions
-        assert warm_cache(env_id, batch=128, minibatch=16) > 0
-
-
-def test_warm_cache_compiles_with_the_functions_one_thread(monkeypatch) -> None:
-    """Inductor's CPU kernels depend on the thread count: a cache warmed with a machine's
-    every thread is cold for the one-thread learners and lean PPO that it is warmed for."""
-    from functions.fused import FusedStep
-
-    seen: list[int] = []
-    original = FusedStep.__call__
-
-    def spy(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(FusedStep, "__call__", spy)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        warm_cache("Pendulum-v1", batch=128, minibatch=16)
-        assert seen == [1]
-        assert torch.get_num_threads() == 2  # the caller's setting, restored
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_compile_fn_trusts_the_cpu_flags_unless_told(monkeypatch) -> None:

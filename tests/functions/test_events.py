@@ -1,4 +1,5 @@
-"""Event validation: defaults and schema strings, invocation ids, bad events named by field."""
+"""Event validation: defaults and schema strings, invocation ids, bad events named by field,
+and handlers that refuse a bad event before any work."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 import pytest
 
+from functions import actor, evaluator, learner
 from functions.events import (
     ActorEvent,
     EvaluatorEvent,
@@ -78,3 +80,14 @@ def test_non_object_events() -> None:
     with pytest.raises(InvalidEvent, match="not valid JSON"):
         parse_event(ActorEvent, "{nope")
     assert issubclass(InvalidEvent, ValueError)
+
+
+def test_bad_events_fail_before_any_work():
+    nowhere = "redis://127.0.0.1:1/0"  # would hang in retries if the handler touched it
+    with pytest.raises(InvalidEvent, match="n_envs"):
+        actor.handler({"run_id": "r", "redis_url": nowhere, "env_id": "CartPole-v1",
+                       "n_envs": -1})
+    with pytest.raises(InvalidEvent, match="trajectory_ids"):
+        learner.handler({"run_id": "r", "redis_url": nowhere})
+    with pytest.raises(InvalidEvent, match="max_steps"):
+        evaluator.handler({"run_id": "r", "redis_url": nowhere, "max_steps": "many"})

@@ -1,5 +1,5 @@
 """The learner's whole minibatch step compiled as one graph: the same updates as the eager
-reference (``functions.learner.ppo_step``) to float rounding, on the optimizer's own state,
+reference (``functions.compiled.ppo_step``) to float rounding, on the optimizer's own state,
 no recompiling per invocation, and the eager step when compiling is impossible."""
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import pytest
 import torch
 import torch._dynamo.utils as dynamo_utils
 
-from functions import learner as L
-from functions.adam import FlatAdam
-from functions.compiled import MinibatchLoss, synthetic_batch
+from functions.adam import ADAM_EPS, FlatAdam
+from functions.batch import synthetic_batch
+from functions.compiled import Fallback, MinibatchLoss, ppo_step
 from functions.fused import FusedStep
-from functions.messages import PPOHyper
+from functions.hyper import PPOHyper
 from functions.policy import init_policy
 
 
 def _setup(env_id: str, seed: int, lr: float = 3e-4) -> tuple[torch.nn.Module, FlatAdam]:
     model, _ = init_policy(env_id, seed=seed)
-    return model, FlatAdam(model, lr=lr, eps=L.ADAM_EPS)
+    return model, FlatAdam(model, lr=lr, eps=ADAM_EPS)
 
 
 def _minibatches(n: int, size: int, seed: int) -> list[torch.Tensor]:
@@ -40,7 +40,7 @@ def test_fused_step_matches_the_eager_reference(env_id: str, is_correction: str,
     step = FusedStep(hyper, MinibatchLoss(hyper, compile=True), fused=True)
     for epoch in range(3):  # 96 Adam steps: the moments and bias corrections move
         for idx in _minibatches(len(batch), 16, epoch):
-            ref_stats = L.ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
+            ref_stats = ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
             stats = step(model, batch, idx, adam)
             assert stats.keys() == ref_stats.keys()
             for key in ref_stats:
@@ -79,7 +79,7 @@ def test_fused_step_continues_a_loaded_optimizer_state_and_follows_the_rate() ->
         ref_adam.set_lr(lr)
         for idx in _minibatches(len(batch), 32, 1):
             step(model, batch, idx, adam)
-            L.ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
+            ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
     assert float(adam.optimizer.state[adam.flat]["step"]) == 8 + 16
     torch.testing.assert_close(adam.flat, ref_adam.flat, rtol=1e-4, atol=1e-6)
     # a new invocation's step and module, a new rate: the graph compiled once is reused
@@ -97,21 +97,21 @@ def _step_beside_the_reference(step: FusedStep, env_id: str, seed: int, n: int,
     ref_loss = MinibatchLoss(hyper, compile=False)
     for idx in _minibatches(n, size, 0):
         step(model, batch, idx, adam)
-        L.ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
+        ppo_step(ref_loss, ref_model, batch, idx, ref_adam, hyper.max_grad_norm)
     return adam, ref_adam
 
 
 def test_fused_step_compile_failure_steps_eagerly_once(monkeypatch, caplog,
                                                        broken_torch_compile) -> None:
     monkeypatch.setattr(FusedStep, "_compiled", {})
-    monkeypatch.setattr(FusedStep, "_failed", False)
+    monkeypatch.setattr(Fallback, "failed", False)
     hyper = PPOHyper()
     step = FusedStep(hyper, MinibatchLoss(hyper, compile=False), fused=True)
-    with caplog.at_level(logging.WARNING, logger="functions.fused"):
+    with caplog.at_level(logging.WARNING, logger="functions.compiled"):
         adam, ref_adam = _step_beside_the_reference(step, "Pendulum-v1", 1, 64, 16)
     assert "no working C++ compiler" in caplog.text and step.steps_fused == 0
     assert torch.equal(adam.flat, ref_adam.flat)  # the eager step, exactly
-    assert FusedStep._failed  # later invocations do not try (and pay for) compiling again
+    assert Fallback.failed  # later invocations do not try (and pay for) compiling again
 
 
 def test_unfused_step_is_the_eager_reference_bit_for_bit() -> None:

@@ -4,17 +4,21 @@ the rebase when the master's sequence differs (real Redis, the real learner hand
 from __future__ import annotations
 
 import torch
-from test_handlers import ev, sample  # the same directory (rootdir-relative imports)
+from fn_helpers import SMALL, ev, sample
 
 from functions import actor, learner
-from functions.lookahead import Lookahead
-from functions.messages import Gradient, PolicySpec
+from functions.adam import ADAM_EPS
+from functions.batch import build_batch, group_rollouts, load_trajectories
+from functions.compiled import MinibatchLoss
+from functions.epochs import minibatches
+from functions.hyper import PPOHyper
+from functions.lookahead import LOOKAHEADS, Lookahead
 from functions.policy import init_policy
+from functions.wire import Gradient
 from orchestrator.master import MasterPolicy
 from store import Applied, RunStore
 
-SMALL = PolicySpec(hidden_sizes=[16, 16])
-LR, BETAS, EPS = 3e-4, (0.9, 0.999), learner.ADAM_EPS
+LR, BETAS, EPS = 3e-4, (0.9, 0.999), ADAM_EPS
 
 
 def _grad(la: Lookahead, seed: int) -> torch.Tensor:
@@ -102,7 +106,7 @@ def test_one_lookahead_learner_predicts_the_master_exactly(run_store, redis_url)
         assert out["gradients"] == 8 and out["lookahead_rebases"] == 0
         assert out["versions_used"] == list(range(8 * k, 8 * k + 8))  # predicted versions
         assert _apply_all(run_store, master) == [0] * 8
-        la = learner._LOOKAHEADS.get(run_store)
+        la = LOOKAHEADS.get(run_store)
         assert la is not None and la.version == master.version == 8 * (k + 1)
         assert torch.equal(la.flat.detach(), master.flat.detach())  # same numbers, same kernel
 
@@ -122,7 +126,7 @@ def test_an_annealed_learning_rate_keeps_the_prediction_exact(run_store, redis_u
         seen: list[Gradient] = []
         assert _apply_all(run_store, master, seen) == [0] * 8
         assert {g.lr for g in seen} == {rate}
-        la = learner._LOOKAHEADS.get(run_store)
+        la = LOOKAHEADS.get(run_store)
         first = first or la
         assert la is first  # the same warm look-ahead, not a cold one per rate
         assert master.adam.lr == la.lr == rate
@@ -147,7 +151,7 @@ def test_lookahead_learner_rebases_onto_foreign_steps(run_store, redis_url):
                              invocation_id="B", lookahead=True))
     assert out["versions_used"] == [65, 66, 67, 68]  # started from the master's version 65
     assert _apply_all(run_store, master) == [0] * 4
-    la = learner._LOOKAHEADS.get(run_store)
+    la = LOOKAHEADS.get(run_store)
     # Only Adam's moments differ (they lack the foreign step): the prediction misses by a
     # part of the 4 steps it predicts (0.1-0.3 of them here, with the data the warm env gives)
     miss = torch.linalg.vector_norm(la.flat.detach() - master.flat.detach())
@@ -162,9 +166,6 @@ def test_a_learner_invocation_equals_the_lean_ppo_update(run_store, redis_url):
     maths, so a gap between them in env steps is not in the learner."""
     import zlib
 
-    from functions.compiled import MinibatchLoss
-    from functions.messages import PPOHyper
-
     master = MasterPolicy("Pendulum-v1", SMALL, seed=0, learning_rate=LR)
     master.publish(run_store)
     ids = sample(run_store, redis_url, "Pendulum-v1", n=1)
@@ -172,17 +173,17 @@ def test_a_learner_invocation_equals_the_lean_ppo_update(run_store, redis_url):
     out = learner.handler(ev(run_store, redis_url, trajectory_ids=ids, invocation_id="L0",
                              hyper=hyper.model_dump(), lookahead=True, seed=1, compile=False))
     assert out["gradients"] == 12
-    la = learner._LOOKAHEADS.get(run_store)
+    la = LOOKAHEADS.get(run_store)
 
     model, _ = init_policy("Pendulum-v1", SMALL, 0)
     start = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
     opt = torch.optim.Adam(model.parameters(), lr=LR, eps=EPS, betas=BETAS)
-    batch = learner.build_batch(model, learner._group(learner.load_trajectories(run_store, ids),
-                                                      torch.device("cpu")), hyper, [])
+    batch = build_batch(model, group_rollouts(load_trajectories(run_store, ids),
+                                              torch.device("cpu")), hyper, [])
     gen = torch.Generator().manual_seed((1 * 1_000_003 + zlib.crc32(b"L0")) % (2**63))
     loss_fn = MinibatchLoss(hyper, compile=False)
     for _ in range(hyper.update_epochs):
-        for idx in learner._minibatches(len(batch), hyper, gen):
+        for idx in minibatches(len(batch), hyper, gen):
             loss, _ = loss_fn(model, batch, idx)
             opt.zero_grad(set_to_none=True)
             loss.backward()

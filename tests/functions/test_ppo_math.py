@@ -328,3 +328,8 @@ def test_annealed_learning_rate_decays_linearly_with_the_budget_to_a_floor() -> 
     assert ppo.annealed_lr(3e-4, -0.1) == 3e-4  # a clock read before the start
     for used in (1.0, 1.7):  # the last batch (and a budget overrun) still steps: lr > 0
         assert ppo.annealed_lr(3e-4, used) == pytest.approx(3e-4 * ppo.LR_FLOOR)
+
+
+def test_kl_exceeded_is_cleanrls_check():
+    assert not ppo.kl_exceeded(0.05, None)
+    assert ppo.kl_exceeded(0.021, 0.02) and not ppo.kl_exceeded(0.02, 0.02)

@@ -17,9 +17,14 @@ import pytest
 import torch
 
 from functions import learner
+from functions.adam import ADAM_EPS
+from functions.batch import build_batch, group_rollouts, load_trajectories
 from functions.compiled import MinibatchLoss
-from functions.messages import Gradient, PolicySpec, PPOHyper
+from functions.epochs import minibatches as minibatch_indices
+from functions.hyper import PolicySpec, PPOHyper
+from functions.lookahead import LOOKAHEADS
 from functions.policy import init_policy, policy_meta
+from functions.wire import Gradient
 from orchestrator.config import load_config
 from orchestrator.master import MasterPolicy
 from orchestrator.run import train
@@ -75,18 +80,18 @@ def test_a_cuda_lookahead_learner_equals_the_cpu_update(run_store, redis_url, co
     # eager warm-up steps, then a capture and replays
     assert out["cuda_graph_replays"] == (replays if DEVICE == "cuda" else 0)
     assert out["losses/approx_kl"] == out["losses/approx_kl"]  # stats came back (not NaN)
-    la = learner._LOOKAHEADS.get(run_store)
+    la = LOOKAHEADS.get(run_store)
     assert la.flat.device.type == DEVICE
 
     model, _ = init_policy("Pendulum-v1", SMALL, 0)
     start = _flat(model)
-    opt = torch.optim.Adam(model.parameters(), lr=LR, eps=learner.ADAM_EPS)
-    groups = learner._group(learner.load_trajectories(run_store, ids), torch.device("cpu"))
-    batch = learner.build_batch(model, groups, hyper, [])
+    opt = torch.optim.Adam(model.parameters(), lr=LR, eps=ADAM_EPS)
+    groups = group_rollouts(load_trajectories(run_store, ids), torch.device("cpu"))
+    batch = build_batch(model, groups, hyper, [])
     gen = torch.Generator().manual_seed((1 * 1_000_003 + zlib.crc32(b"L0")) % (2**63))
     loss_fn = MinibatchLoss(hyper, compile=False)
     for _ in range(hyper.update_epochs):
-        for idx in learner._minibatches(len(batch), hyper, gen):
+        for idx in minibatch_indices(len(batch), hyper, gen):
             loss, _ = loss_fn(model, batch, idx)
             opt.zero_grad(set_to_none=True)
             loss.backward()
