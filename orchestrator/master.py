@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from functions.adam import FlatAdam
-from functions.learner import ADAM_EPS, OPTIMIZER_STATE
-from functions.messages import Layout, PolicySpec
+from functions.adam import ADAM_EPS, OPTIMIZER_STATE, FlatAdam
+from functions.hyper import PolicySpec
 from functions.normalizer import RunningMeanStd
 from functions.policy import (
     init_policy,
@@ -24,6 +23,7 @@ from functions.policy import (
     policy_meta,
     rms_tensors,
 )
+from functions.wire import Layout
 from store import RunStore
 
 OPTIMIZER_PREFIX = "optim."  # the checkpoint keys of the Adam moments

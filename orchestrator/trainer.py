@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 from redis.exceptions import RedisError
 
-from functions.learner import OPTIMIZER_STATE, MissingTrajectory
-from functions.messages import ActorEvent, EvaluatorEvent, LearnerEvent, LearnerWarmup, PPOHyper
+from functions.adam import OPTIMIZER_STATE
+from functions.batch import MissingTrajectory
+from functions.events import ActorEvent, EvaluatorEvent, LearnerEvent, LearnerWarmup
+from functions.hyper import PPOHyper
 from functions.ppo import annealed_lr
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import TrainConfig
