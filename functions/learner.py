@@ -25,9 +25,8 @@ from typing import Any
 import torch
 
 from functions.adam import ADAM_EPS, OPTIMIZER_STATE
-from functions.batch import MissingTrajectory, build_batch, group_rollouts, load_trajectories
-from functions.compiled import ppo_step
-from functions.epochs import minibatch_sizes, minibatches
+from functions.batch import MissingTrajectory, group_rollouts, load_trajectories
+from functions.epochs import minibatch_sizes
 from functions.events import LearnerEvent, LearnerWarmup, event_schema, parse_event
 from functions.gradient_mode import gradient_mode
 from functions.lookahead import LOOKAHEADS, lookahead_policy
@@ -38,12 +37,8 @@ from functions.warm import PolicyCache, run_store, set_threads
 
 POLICIES = PolicyCache()
 
-# Importers outside functions/ that still name the learner's former helpers here
-# (tests/orchestrator/test_equivalence.py); new code imports them from their modules.
-_group, _minibatches = group_rollouts, minibatches
-
 __all__ = ["ADAM_EPS", "OPTIMIZER_STATE", "POLICIES", "MissingTrajectory", "StalePublish",
-           "build_batch", "handler", "ppo_step", "warm_up"]
+           "handler", "warm_up"]
 
 
 def _device(name: str) -> torch.device:

@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from functions import learner as L
 from functions.actor import rollout
-from functions.adam import FlatAdam
-from functions.compiled import MinibatchLoss
+from functions.adam import ADAM_EPS, FlatAdam
+from functions.batch import build_batch, group_rollouts
+from functions.compiled import MinibatchLoss, ppo_step
 from functions.envs import WarmEnv
-from functions.messages import ActorEvent, LearnerEvent, PolicySpec
+from functions.epochs import minibatches
+from functions.events import ActorEvent, LearnerEvent
+from functions.hyper import PolicySpec
 from functions.normalizer import RunningMeanStd
 from functions.policy import build_policy, init_policy, load_policy_tensors
 from functions.ppo import annealed_lr
@@ -60,7 +62,7 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
     # The lean PPO's loop (benchmarks/lean_ppo.py), fed the run's seeds and invocation ids.
     spec = PolicySpec(**SPEC)
     model, _ = init_policy("Pendulum-v1", spec, 3)
-    adam = FlatAdam(model, lr=cfg.hyper.learning_rate, eps=L.ADAM_EPS)
+    adam = FlatAdam(model, lr=cfg.hyper.learning_rate, eps=ADAM_EPS)
     wenv = WarmEnv("Pendulum-v1", 4, ActorEvent(**actors[0]).seed)
     pol = CachedPolicy(0, model, RunningMeanStd((model.obs_dim,)), RunningMeanStd(()), {})
     rs = RunStore(Store(redis_url), run_id)
@@ -72,13 +74,13 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
         if anneal_lr:  # the lean PPO's schedule: the budget used once the batch is sampled
             adam.set_lr(annealed_lr(cfg.hyper.learning_rate, (k + 1) / rounds))
         assert ev.hyper.learning_rate == adam.lr
-        batch = L.build_batch(model, L._group([traj], torch.device("cpu")), ev.hyper, [])
+        batch = build_batch(model, group_rollouts([traj], torch.device("cpu")), ev.hyper, [])
         gen = torch.Generator().manual_seed(
             (ev.seed * 1_000_003 + zlib.crc32(ev.invocation_id.encode())) % (2**63))
         loss_fn = MinibatchLoss(ev.hyper, compile=False)
         for _ in range(ev.hyper.update_epochs):
-            for idx in L._minibatches(len(batch), ev.hyper, gen):
-                L.ppo_step(loss_fn, model, batch, idx, adam, ev.hyper.max_grad_norm)
+            for idx in minibatches(len(batch), ev.hyper, gen):
+                ppo_step(loss_fn, model, batch, idx, adam, ev.hyper.max_grad_norm)
         snap = rs.params.get(k + 1)
         published = build_policy(snap.meta)
         obs_rms, ret_rms = load_policy_tensors(published, snap.tensors)
