@@ -2,7 +2,7 @@
 
 Two measurements, each side by side on one machine (ratios, not absolute times):
 
-1. **The step**: :func:`functions.learner.ppo_step` (loss, backward, global-norm clip, one
+1. **The step**: :func:`functions.compiled.ppo_step` (loss, backward, global-norm clip, one
    fused Adam step on the flat parameter vector) on a synthetic Hopper-v5 batch of 2,048
    samples, minibatches of 64, eager and ``torch.compile``-d, for policies of growing width
    (64x64 is the matched hyper-parameter; wider ones show where the GPU starts to pay).
@@ -38,11 +38,13 @@ import torch  # noqa: E402
 from benchmarks.records import command_line, write_record  # noqa: E402
 from functions import actor  # noqa: E402
 from functions import learner as L  # noqa: E402
-from functions.adam import FlatAdam  # noqa: E402
-from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
+from functions.adam import ADAM_EPS, FlatAdam  # noqa: E402
+from functions.batch import synthetic_batch  # noqa: E402
+from functions.compiled import MinibatchLoss, ppo_step  # noqa: E402
+from functions.epochs import minibatches, on_device  # noqa: E402
 from functions.fused import FusedStep  # noqa: E402
 from functions.graphed import GraphedStep  # noqa: E402
-from functions.messages import PolicySpec, PPOHyper  # noqa: E402
+from functions.hyper import PolicySpec, PPOHyper  # noqa: E402
 from functions.policy import init_policy, policy_meta  # noqa: E402
 from store import EmbeddedRedis, RunStore, Store  # noqa: E402
 
@@ -65,7 +67,7 @@ def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool
     batch = type(cpu_batch)(**{k: getattr(cpu_batch, k).to(device)
                                for k in cpu_batch.__dataclass_fields__})
     loss_fn = MinibatchLoss(hyper, compile=compile_loss)
-    adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
+    adam = FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS)
     gen = torch.Generator().manual_seed(0)
     graphed = (GraphedStep(loss_fn, model, batch, hyper.max_grad_norm, adam.optimizer, adam.flat)
                if graph else None)
@@ -76,16 +78,16 @@ def step_us(device: str, width: int, compile_loss: bool, steps: int, graph: bool
         _sync(device)
         t0 = time.perf_counter()
         while done < n:
-            minibatches = L._minibatches(len(batch), hyper, gen)
+            mbs = minibatches(len(batch), hyper, gen)
             if graphed is not None:
-                minibatches = L._on_device(minibatches, torch.device(device))
-            for idx in minibatches:
+                mbs = on_device(mbs, torch.device(device))
+            for idx in mbs:
                 if graphed is not None:
                     graphed(idx)
                 elif fused_step is not None:
                     fused_step(model, batch, idx, adam)
                 else:
-                    L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm)
+                    ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm)
                 done += 1
                 if done == n:
                     break

@@ -5,7 +5,7 @@ thread; 320 steps (10 epochs x 32 minibatches) per timing, the three paths alter
 
 - per-tensor: ``zero_grad``, ``clip_grad_norm_`` and ``torch.optim.Adam.step`` over the
   module's parameter tensors (the textbook path, the slowest);
-- flat: :func:`functions.learner.ppo_step` with :class:`functions.adam.FlatAdam` (one cat, a
+- flat: :func:`functions.compiled.ppo_step` with :class:`functions.adam.FlatAdam` (one cat, a
   two-op global-norm clip, one fused Adam kernel): the eager reference;
 - fused: :class:`functions.fused.FusedStep`, the same step as one compiled graph (forward,
   backward, clip and Adam), what update-mode learners and the lean PPO take.
@@ -27,11 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.records import command_line, write_record  # noqa: E402
-from functions import learner as L  # noqa: E402
-from functions.adam import FlatAdam  # noqa: E402
-from functions.compiled import MinibatchLoss, synthetic_batch  # noqa: E402
+from functions.adam import ADAM_EPS, FlatAdam  # noqa: E402
+from functions.batch import synthetic_batch  # noqa: E402
+from functions.compiled import MinibatchLoss, Stats, ppo_step  # noqa: E402
+from functions.epochs import minibatches  # noqa: E402
 from functions.fused import FusedStep  # noqa: E402
-from functions.messages import PPOHyper  # noqa: E402
+from functions.hyper import PPOHyper  # noqa: E402
 from functions.policy import init_policy  # noqa: E402
 
 
@@ -41,20 +42,20 @@ def us_per_step(path: str, env_id: str, epochs: int = 10) -> float:
     batch = synthetic_batch(model, 2048)
     loss_fn = MinibatchLoss(hyper, compile=True)
     gen = torch.Generator().manual_seed(0)
-    stats = L._Stats()
+    stats = Stats()
     if path == "fused":
-        adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
+        adam = FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS)
         fused = FusedStep(hyper, loss_fn, fused=True)
 
         def step(idx: torch.Tensor) -> None:
             stats.add(fused(model, batch, idx, adam))
     elif path == "flat":
-        adam = FlatAdam(model, lr=hyper.learning_rate, eps=L.ADAM_EPS)
+        adam = FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS)
 
         def step(idx: torch.Tensor) -> None:
-            stats.add(L.ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
+            stats.add(ppo_step(loss_fn, model, batch, idx, adam, hyper.max_grad_norm))
     else:
-        opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=L.ADAM_EPS)
+        opt = torch.optim.Adam(model.parameters(), lr=hyper.learning_rate, eps=ADAM_EPS)
 
         def step(idx: torch.Tensor) -> None:
             loss, mb = loss_fn(model, batch, idx)
@@ -65,12 +66,12 @@ def us_per_step(path: str, env_id: str, epochs: int = 10) -> float:
             stats.add(mb)
 
     for _ in range(3):  # warm-up: compile, allocator, Adam state
-        for idx in L._minibatches(len(batch), hyper, gen):
+        for idx in minibatches(len(batch), hyper, gen):
             step(idx)
     n = 0
     t0 = time.perf_counter()
     for _ in range(epochs):
-        for idx in L._minibatches(len(batch), hyper, gen):
+        for idx in minibatches(len(batch), hyper, gen):
             step(idx)
             n += 1
     return (time.perf_counter() - t0) / n * 1e6
