@@ -180,11 +180,8 @@ def warm_compile_cache(env: str) -> None:
     """Compile the learner loss for ``env`` once before the timed runs, so every system and
     seed finds inductor's disk cache warm (~2 s to compile in a run) and none pays the cold
     ~15 s of the first run on a machine. Untimed, like the runtime's and Ray's start-up."""
-    # warm_cache lives in functions.step (functions.compiled before the learner's step was
-    # split out of it): either is taken, so this runs on both sides of that move
     code = ("import sys\n"
-            "try:\n    from functions.step import warm_cache\n"
-            "except ImportError:\n    from functions.compiled import warm_cache\n"
+            "from functions.step import warm_cache\n"
             "print(f'compile cache for {sys.argv[1]}: warm in {warm_cache(sys.argv[1]):.1f} s')")
     subprocess.run([sys.executable, "-c", code, env], cwd=REPO, check=True)
 
