@@ -70,12 +70,6 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
     "lag1-decoupled-learnerV-T128": (1, ["--is-correction", "decoupled", "--hyper",
                                          "gae_values=learner", "--rollout-steps", "128",
                                          "--hyper", "num_minibatches=16"]),
-    # actors sample with a linear extrapolation of the weights one update ahead — a guess at
-    # the weights their data will be learned at — instead of the latest
-    "lag1-decoupled-learnerV-extrap1": (1, ["--is-correction", "decoupled", "--hyper",
-                                            "gae_values=learner", "--extrapolate", "1.0"]),
-    "lag1-decoupled-learnerV-extrap0.5": (1, ["--is-correction", "decoupled", "--hyper",
-                                              "gae_values=learner", "--extrapolate", "0.5"]),
     # the actors start sampling batch k+1 once the learner is E of its 10 epochs into batch k:
     # the data is (10 - E) / 10 of an update old instead of a whole one
     "pub2-decoupled-learnerV": (0, ["--is-correction", "decoupled", "--hyper",
