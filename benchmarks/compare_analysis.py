@@ -240,7 +240,7 @@ def default_hyper(system: str) -> dict[str, Any]:
     """What ``system`` runs with when given no hyper-parameters today: RLlib's matched baseline
     for RLlib, PPOHyper's defaults for ours."""
     from benchmarks.rllib_ppo import baseline_hyper  # imports torch: only when relabelling
-    from functions.messages import PPOHyper
+    from functions.hyper import PPOHyper
 
     return (baseline_hyper() if system == "rllib" else PPOHyper()).model_dump()
 

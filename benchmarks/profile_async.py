@@ -41,7 +41,7 @@ from pyinstrument.renderers import ConsoleRenderer, HTMLRenderer  # noqa: E402
 from pyinstrument.session import Session  # noqa: E402
 
 from benchmarks.records import command_line, write_record  # noqa: E402
-from functions.messages import LearnerWarmup, event_schema  # noqa: E402
+from functions.events import LearnerWarmup, event_schema  # noqa: E402
 from orchestrator import aggregator_thread, async_loop, run  # noqa: E402
 from orchestrator.cli import parse_set  # noqa: E402
 from orchestrator.config import load_config  # noqa: E402

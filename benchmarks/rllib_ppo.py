@@ -41,7 +41,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from benchmarks._common import RunLog, _fmt  # noqa: E402
-from functions.messages import PPOHyper  # noqa: E402
+from functions.hyper import PPOHyper  # noqa: E402
 from functions.ppo import LR_FLOOR  # noqa: E402
 
 # Every ended episode's return and length, as the env runners computed them (whole episodes,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from functions.messages import Gradient, Layout, split_flat
+from functions.wire import Gradient, Layout, split_flat
 from orchestrator.config import AggregationConfig
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from functions.messages import Gradient
+from functions.wire import Gradient
 from orchestrator.aggregator import StalenessAggregator
 from store import CorruptBlob, StoreError
 

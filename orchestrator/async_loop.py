@@ -22,7 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from functions.messages import LearnerEvent
+from functions.events import LearnerEvent
 from orchestrator.aggregator import StalenessAggregator
 from orchestrator.aggregator_thread import GROUP, AggregatorThread
 from orchestrator.invokers.base import InvocationResult

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from functions.messages import PolicySpec, PPOHyper
+from functions.hyper import PolicySpec, PPOHyper
 from orchestrator.config.sections import AggregationConfig, ExperimentalConfig
 from orchestrator.cost import PriceTable
 from store import redact

@@ -139,7 +139,7 @@ def test_pool_reports_the_runs_of_several_out_folders_together(tmp_path: Path) -
 
 def test_anneal_lr_reaches_every_system_each_with_its_own_schedule(tmp_path: Path) -> None:
     from benchmarks import rllib_ppo
-    from functions.messages import PPOHyper
+    from functions.hyper import PPOHyper
 
     args = argparse.Namespace(no_compile=False, anneal_lr=True, rllib_sps=1705.0, backend="local",
                               actors=None, learners=None, is_correction=None,
@@ -213,7 +213,7 @@ def test_label_by_hyper_pools_runs_by_what_they_ran_with_not_what_named_them(tmp
     did not record never passes for today's default — unless every run before the field did
     what its default does (``norm_adv_scope``: per minibatch)."""
     from benchmarks import rllib_ppo
-    from functions.messages import PPOHyper
+    from functions.hyper import PPOHyper
 
     def before_scope(hyper: PPOHyper) -> dict:  # recorded before norm_adv_scope existed
         return {k: v for k, v in hyper.model_dump().items() if k != "norm_adv_scope"}

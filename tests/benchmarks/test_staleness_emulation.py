@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import lean_ppo, report, staleness_study  # noqa: E402
 from benchmarks.records import read_records  # noqa: E402
-from functions.messages import PPOHyper  # noqa: E402
+from functions.hyper import PPOHyper  # noqa: E402
 
 TINY = PPOHyper(update_epochs=1, num_minibatches=2)
 

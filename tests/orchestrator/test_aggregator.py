@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from functions.messages import Gradient
+from functions.wire import Gradient
 from orchestrator.aggregator import StalenessAggregator, staleness_weight
 from orchestrator.config import AggregationConfig
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from functions.messages import PolicySpec
+from functions.hyper import PolicySpec
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.cli import main
 from orchestrator.master import MasterPolicy

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks.lean_ppo import train as lean_train
-from functions.messages import PPOHyper
+from functions.hyper import PPOHyper
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import ConfigError, load_config
 from orchestrator.run import PreflightError, train

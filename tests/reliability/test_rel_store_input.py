@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from deploy.package import build_function_zip
-from functions.messages import Gradient
 from functions.policy import init_policy, policy_meta
+from functions.wire import Gradient
 from store import RunKeys, RunStore, decode, encode
 from store.errors import CorruptBlob
 
