@@ -17,7 +17,7 @@ from orchestrator.pacer import (
     next_rollout,
 )
 from orchestrator.run import train
-from orchestrator.trainer import Counters
+from orchestrator.counters import Counters
 
 
 def test_eager_never_holds() -> None:
@@ -76,7 +76,8 @@ def test_just_in_time_training_run(tmp_path: Path, redis_url: str) -> None:
         "env": "CartPole-v1", "actors": 1, "learners": 1, "n_envs": 4, "rollout_steps": 128,
         "learner_batch_steps": 512, "total_steps": 4096, "eval_interval_s": 0,
         "progress": "none", "hyper": {"update_epochs": 4, "num_minibatches": 8},
-        "backend": "inline", "actor_start": "just_in_time", "run_dir": str(tmp_path / "jit"),
+        "backend": "inline", "experimental": {"actor_start": "just_in_time"},
+        "run_dir": str(tmp_path / "jit"),
         "redis_url": redis_url, "function_timeout_s": 120})
     summary = train(cfg)
     assert summary["env_steps"] >= 4096
@@ -179,13 +180,14 @@ def test_auto_sizes_the_filler_once_on_the_one_actors_timings() -> None:
 
 
 def test_auto_is_a_filler_only_where_one_can_work() -> None:
-    auto = {"minutes": 1, "filler_envs": "auto"}
+    auto = {"minutes": 1, "experimental": {"filler_envs": "auto"}}
     assert load_config(None, auto).filler_auto
     assert load_config(None, auto).actors_fed == 2
-    assert load_config(None, {**auto, "filler_envs": "2"}).experimental.fixed_filler_envs == 2
+    assert load_config(None, {**auto, "experimental": {"filler_envs": "2"}}).experimental.fixed_filler_envs == 2
     assert load_config(None, {"minutes": 1}).filler_auto  # the default
     for other in ({"mode": "sync"}, {"actors": 1}, {"autoscale": True},
-                  {"learners": 2, "learner_publishes": False}, {"learner_batch_steps": 4096},
+                  {"learners": 2, "experimental": {**auto["experimental"], "learner_publishes": False}},
+                  {"learner_batch_steps": 4096},
                   {"n_envs": 1}):
         cfg = load_config(None, {**auto, **other})
         assert not cfg.filler_auto and cfg.experimental.fixed_filler_envs == 0, other
@@ -196,7 +198,8 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
     """A real (inline) async run with a filler: both kinds of rollout sample, every batch is
     learned, and the batches keep n_envs streams."""
     cfg = load_config(None, {
-        "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "filler_envs": 1,
+        "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4,
+        "experimental": {"filler_envs": 1},
         "rollout_steps": 128, "learner_batch_steps": 512, "total_steps": 6144,
         "eval_interval_s": 0, "progress": "none",
         # no KL early stop: every update runs its 4 epochs, so the count below is exact
@@ -213,12 +216,13 @@ def test_a_filler_never_starts_while_the_learner_compiles_or_learns(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"filler_envs": 8}, "must be below n_envs"),
-    ({"filler_envs": -1}, "'auto'"),
-    ({"filler_envs": "most"}, "filler_envs"),
-    ({"filler_envs": 2, "mode": "sync"}, "needs mode async"),
-    ({"filler_envs": 2, "actors": 1}, "actors >= 2"),
-    ({"filler_envs": 2, "learners": 2, "learner_publishes": False}, "one learner"),
+    ({"experimental": {"filler_envs": 8}}, "must be below n_envs"),
+    ({"experimental": {"filler_envs": -1}}, "'auto'"),
+    ({"experimental": {"filler_envs": "most"}}, "filler_envs"),
+    ({"experimental": {"filler_envs": 2}, "mode": "sync"}, "needs mode async"),
+    ({"experimental": {"filler_envs": 2}, "actors": 1}, "actors >= 2"),
+    ({"experimental": {"filler_envs": 2, "learner_publishes": False}, "learners": 2},
+     "one learner"),
 ])
 def test_a_filler_that_cannot_work_is_a_one_line_error(overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -229,7 +233,8 @@ def test_an_auto_filler_run_trains_and_loses_nothing(tmp_path: Path, redis_url: 
     """A real (inline) async run with ``filler_envs = "auto"``: whatever size it picks between
     batches, every batch is learned whole."""
     cfg = load_config(None, {
-        "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "filler_envs": "auto",
+        "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4,
+        "experimental": {"filler_envs": "auto"},
         "rollout_steps": 128, "learner_batch_steps": 512, "total_steps": 8192,
         "eval_interval_s": 0, "progress": "none",
         "hyper": {"update_epochs": 4, "num_minibatches": 8}, "backend": "inline",
