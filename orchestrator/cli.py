@@ -32,21 +32,16 @@ def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
 
 def parse_set(items: list[str]) -> dict[str, Any]:
     """``--set hyper.learning_rate=1e-3`` -> nested overrides (values parsed as JSON if they can)."""
-    out: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise SystemExit(f"error: --set expects KEY=VALUE, got {item!r}")
         key, raw = item.split("=", 1)
         try:
-            value: Any = json.loads(raw)
+            flat[key] = json.loads(raw)
         except ValueError:
-            value = raw
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
+            flat[key] = raw
+    return _nest(flat)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
