@@ -81,32 +81,39 @@ def return_at(rows: list[dict[str, str]], env_steps: int) -> float | None:
     return None
 
 
-def summarise(run_dir: Path, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary fields, curve points) of one finished run folder."""
+def summarise(run_dir: Path, steps: int) -> tuple[dict[str, Any], dict[str, Any],
+                                                dict[str, Any]]:
+    """(summary fields, curve points, details) of one finished run folder; the details
+    (staleness percentiles, the bound's trajectory) stay in the record, off the page."""
     summary = json.loads((run_dir / "summary.json").read_text())
     with open(run_dir / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))
     staleness = summary.get("staleness_mean") or {}
+    hist = summary.get("staleness_hist") or {}
+    percentiles = {k: _percentiles(v) for k, v in hist.items() if v}
     out = {
         "env_steps": summary["env_steps"], "versions": summary["version"],
-        "wall_s": round(summary["wall_s"], 1), "sps": round(summary["sps"], 1),
-        "final_return": summary.get("mean_return"),
-        "traj_staleness_mean": staleness.get("traj"), "grad_staleness_mean": staleness.get("grad"),
+        "sps": round(summary["sps"], 1),
         "truncated_frac": summary.get("is_truncated_frac_mean"),
         "is_others_mean": summary.get("is_others_mean"),
+        "traj_staleness_mean": staleness.get("traj"),
+        "traj_staleness_p99": percentiles.get("traj", {}).get("p99"),
+        "grad_staleness_mean": staleness.get("grad"),
+        "grad_staleness_p99": percentiles.get("grad", {}).get("p99"),
         "is_versions_missing": summary.get("is_versions_missing"),
-        "rounds": summary.get("rounds"), "aggregations": summary.get("aggregations"),
         "failures": sum((summary.get("failures") or {}).values()),
     }
-    hist = summary.get("staleness_hist") or {}
-    curve = {
-        "return_at_env_steps": {str(p): return_at(rows, p) for p in points(steps)},
-        # whole-run staleness histograms, condensed to percentiles (versions)
-        "staleness_percentiles": {k: _percentiles(v) for k, v in hist.items() if v},
-        "bound_trajectory": (summary.get("bound_trajectory") or [])[:: max(1, len(
-            summary.get("bound_trajectory") or []) // 20)],
+    curve = {"return_at_env_steps": {str(p): return_at(rows, p) for p in points(steps)}}
+    trajectory = summary.get("bound_trajectory") or []
+    details = {
+        "staleness_percentiles": percentiles,
+        "staleness_hist": hist,
+        "bound_trajectory": trajectory[:: max(1, len(trajectory) // 20)],
+        "delta_max": summary.get("delta_max"), "rounds": summary.get("rounds"),
+        "aggregations": summary.get("aggregations"), "wall_s": round(summary["wall_s"], 1),
+        "final_return": summary.get("mean_return"),
     }
-    return out, curve
+    return out, curve, details
 
 
 def _percentiles(hist: dict[str, int]) -> dict[str, int]:
@@ -136,8 +143,11 @@ def verdict(full: list[float], other: list[float]) -> str:
     """How removing a mechanism changes the return: by the interval of full's lead."""
     if len(full) < 2 or len(other) < 2:
         return "too few seeds"
-    diffs = [a - b for a in full for b in other]
-    lo, hi = bootstrap(diffs)
+    # 95% interval of mean(full) - mean(other), each group resampled on its own
+    rng = random.Random(1)
+    diffs = sorted(statistics.fmean(rng.choices(full, k=len(full)))
+                   - statistics.fmean(rng.choices(other, k=len(other))) for _ in range(2000))
+    lo, hi = diffs[50], diffs[1949]
     if lo > 0:
         return "helps"
     if hi < 0:
@@ -249,11 +259,12 @@ def run_one(env: str, variant: str, seed: int, steps: int, args: argparse.Namesp
         print(f"{env} {variant} seed {seed}: failed (exit {proc.returncode})\n"
               f"{proc.stderr[-2000:]}", file=sys.stderr)
         return
-    summary, curve = summarise(run_dir, steps)
-    summary.update(variant=variant, seed=seed, env=env, process_s=round(took, 1))
+    facts, curve, details = summarise(run_dir, steps)
+    summary = {"env": env, "variant": variant, "seed": seed, **facts}
+    details["process_s"] = round(took, 1)
     write_record(KIND, " ".join(["python", "-m", "orchestrator.cli", *cmd[3:]]), summary, curve,
                  benchmark=KIND, name=f"{env}/{variant}-seed{seed}-{steps}",
-                 run_dir=run_dir, records=records)
+                 run_dir=run_dir, records=records, extra={"details": details})
     at = str(points(steps)[-1])
     print(f"{env} {variant} seed {seed}: return {curve['return_at_env_steps'].get(at)} at "
           f"{int(at):,} env steps, {summary['versions']} versions, truncated "

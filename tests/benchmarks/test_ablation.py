@@ -1,0 +1,70 @@
+"""benchmarks/ablation.py: the variants' commands, and the verdicts and the line a script reads,
+from records written the way a run writes them (no training here: the CLI runs are the
+commands the learning tests and e2e tests already exercise)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks import ablation  # noqa: E402
+from benchmarks.records import write_record  # noqa: E402
+from orchestrator.cli import _train_parser, train_overrides  # noqa: E402
+from orchestrator.config import load_config  # noqa: E402
+
+
+def _record(records: Path, env: str, variant: str, seed: int, final: float,
+            truncated: float | None) -> None:
+    steps = 1000
+    summary = {"env": env, "variant": variant, "seed": seed, "truncated_frac": truncated,
+               "grad_staleness_mean": 3.0, "traj_staleness_mean": 40.0, "is_versions_missing": 0}
+    curve = {"return_at_env_steps": {str(p): final * p / steps for p in ablation.points(steps)}}
+    write_record("ablation", "cmd", summary, curve, benchmark="ablation",
+                 name=f"{env}/{variant}-seed{seed}-{steps}", records=records,
+                 path="sync" if variant == "sync" else "aggregation (4 learners)")
+
+
+def test_verdicts_and_the_paper_vs_sync_line(tmp_path: Path) -> None:
+    for seed, jitter in ((1, 0.0), (2, 10.0), (3, -10.0)):
+        _record(tmp_path, "Hopper-v5", "full", seed, 1000 + jitter, 0.6)
+        _record(tmp_path, "Hopper-v5", "no-is", seed, 500 + jitter, 0.0)  # full is better
+        _record(tmp_path, "Hopper-v5", "no-weights", seed, 1200 + jitter, 0.6)  # worse
+        _record(tmp_path, "Hopper-v5", "no-bound", seed, 1000 + 30 * seed - 60, 0.6)
+        _record(tmp_path, "Hopper-v5", "sync", seed, 2000 + jitter, None)
+    lines = ablation.report(tmp_path, "Hopper-v5", 1000, [])
+    assert lines == ["paper shape vs sync at 1,000 env steps, Hopper-v5: 0.50x (truncated 60%)"]
+    doc = json.loads((tmp_path / "ablation-verdict" / "Hopper-v5-1000.json").read_text())
+    verdicts = {r["variant"]: r["verdict (removing it)"] for r in doc["rows"]}
+    assert verdicts == {"full": "reference", "no-is": "helps", "no-weights": "hurts",
+                        "no-bound": "no effect", "sync": "baseline"}
+
+
+def test_the_line_names_1m_as_the_issue_reads_it(tmp_path: Path) -> None:
+    for variant, final in (("full", 900.0), ("sync", 1000.0)):
+        summary = {"variant": variant, "truncated_frac": 0.25 if variant == "full" else None}
+        write_record("ablation", "cmd", summary,
+                     {"return_at_env_steps": {"1000000": final}}, benchmark="ablation",
+                     name=f"Walker2d-v5/{variant}-seed1-1000000", records=tmp_path)
+    assert ablation.report(tmp_path, "Walker2d-v5", 1_000_000, []) == [
+        "paper shape vs sync at 1M env steps, Walker2d-v5: 0.90x (truncated 25%)"]
+
+
+def test_every_variant_is_a_valid_train_command(tmp_path: Path) -> None:
+    """Parsed as `stellaris train` parses them (argparse, flags over the preset), no training."""
+    for variant in ablation.VARIANTS:
+        cmd = ablation.run_command("Hopper-v5", variant, 1, 1000, tmp_path / variant, "local")
+        parser = argparse.ArgumentParser()
+        _train_parser(parser.add_subparsers(dest="command"))
+        cfg = load_config(None, train_overrides(parser.parse_args(cmd[cmd.index("train"):])))
+        assert (cfg.preset, cfg.actors, cfg.n_envs, cfg.total_steps) == ("paper", 16, 1, 1000)
+        if variant == "sync":
+            assert cfg.mode == "sync"
+            assert cfg.actors * cfg.n_envs * cfg.rollout_steps == cfg.learner_batch_steps
+        else:
+            assert cfg.training_path == "aggregation (4 learners)"
+    naive = ablation.VARIANTS["naive"]
+    assert {"--no-staleness-weights", "--no-bound-decay", "none"} <= set(naive)
