@@ -20,11 +20,11 @@ from store import RunStore, Store
 TINY = {
     "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
     "learner_batch_steps": 512, "total_steps": 2048, "eval_interval_s": 0, "progress": "none",
-    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_rounds": 1,
+    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "aggregation": {"warmup_rounds": 1},
     "function_timeout_s": 120,
     # the aggregator's path (one learner would publish its updates itself by default: its
     # own tests below)
-    "learner_publishes": False,
+    "experimental": {"learner_publishes": False},
 }
 
 
@@ -36,7 +36,8 @@ def test_two_learners_truncate_against_the_versions_the_other_holds(tmp_path: Pa
     run_dir = tmp_path / "two"
     cfg = load_config(None, {**TINY, "learners": 2, "actors": 4, "total_steps": 4096,
                              "backend": "inline", "run_dir": str(run_dir),
-                             "redis_url": redis_url, "keep_versions": 2})
+                             "redis_url": redis_url,
+                             "experimental": {**TINY["experimental"], "keep_versions": 2}})
     assert not cfg.lookahead and cfg.grads_per_message == 1
     summary = train(cfg)
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
@@ -57,7 +58,8 @@ def test_two_learners_truncate_against_the_versions_the_other_holds(tmp_path: Pa
 
 def test_look_ahead_needs_one_learner() -> None:
     with pytest.raises(ConfigError, match="learner_lookahead needs learners = 1"):
-        load_config(None, {**TINY, "learners": 2, "learner_lookahead": True})
+        load_config(None, {**TINY, "learners": 2,
+                           "experimental": {**TINY["experimental"], "learner_lookahead": True}})
 
 
 def test_an_annealed_async_run_decays_the_rate_its_learners_and_master_use(
@@ -142,7 +144,8 @@ def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) ->
     """``learner_publishes``: actors sample beside one learner that publishes each update
     itself (update mode) — no gradient stream, no aggregator, one version per update."""
     run_dir = tmp_path / "publishes"
-    cfg = load_config(None, {**TINY, "backend": "local", "learner_publishes": True,
+    cfg = load_config(None, {**TINY, "backend": "local",
+                             "experimental": {**TINY["experimental"], "learner_publishes": True},
                              "run_dir": str(run_dir), "redis_url": redis_url, "total_steps": 4096})
     summary = train(cfg)
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
@@ -176,11 +179,13 @@ def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) ->
 
 def test_publishing_learners_need_to_be_alone() -> None:
     with pytest.raises(ConfigError, match="learner_publishes needs learners = 1"):
-        load_config(None, {**TINY, "learners": 2, "learner_publishes": True})
+        load_config(None, {**TINY, "learners": 2,
+                           "experimental": {**TINY["experimental"], "learner_publishes": True}})
     # by default one learner publishes, and several send gradients to the aggregator
     assert load_config(None, {"minutes": 1}).publishing_learner
     assert not load_config(None, {"minutes": 1, "learners": 2}).publishing_learner
-    assert not load_config(None, {**TINY, "learner_publishes": False}).publishing_learner
+    no = {**TINY, "experimental": {**TINY["experimental"], "learner_publishes": False}}
+    assert not load_config(None, no).publishing_learner
 
 
 def test_resume_after_killing_the_orchestrator(tmp_path: Path, redis_url: str) -> None:
