@@ -34,7 +34,8 @@ def _cartpole_run(run_dir: Path, redis_url: str, **fields: object) -> TrainConfi
     tiny budgets here."""
     return load_config(None, {
         "env": "CartPole-v1", "backend": "inline", "eval_interval_s": 0, "progress": "none",
-        "run_dir": str(run_dir), "redis_url": redis_url, "learner_compile": False, **fields})
+        "run_dir": str(run_dir), "redis_url": redis_url, "experimental": {"learner_compile": False},
+        **fields})
 
 
 def test_budget_stops_the_run(tmp_path: Path, redis_url: str) -> None:
@@ -69,14 +70,14 @@ def test_async_backpressure_keeps_at_most_the_actors_the_learners_can_feed() -> 
     warning = many.idle_actors_warning()
     assert warning is not None and "at most 2 will run at once" in warning
     assert "--n-envs 1" in warning
-    one = load_config(None, {"actors": 8, "minutes": 1, "filler_envs": 0})
+    one = load_config(None, {"actors": 8, "minutes": 1, "experimental": {"filler_envs": 0}})
     assert one.actors_fed == 1 and "at most 1 will run at once" in (one.idle_actors_warning() or "")
     assert load_config(None, {"actors": 8, "n_envs": 1, "minutes": 1}).actors_fed == 8
     assert load_config(None, {"actors": 8, "n_envs": 1, "minutes": 1}).idle_actors_warning() is None
     assert load_config(None, {"minutes": 1}).idle_actors_warning() is None  # the default 2
     assert load_config(None, {"actors": 8, "mode": "sync", "minutes": 1}).idle_actors_warning() is None
-    assert load_config(None, {"actors": 8, "learners": 4, "learner_publishes": False,
-                              "minutes": 1}).actors_fed == 4
+    assert load_config(None, {"actors": 8, "learners": 4, "minutes": 1,
+                              "experimental": {"learner_publishes": False}}).actors_fed == 4
     scaled = load_config(None, {"autoscale": True, "max_actors": 6, "minutes": 1})
     assert "6 actors asked for" in (scaled.idle_actors_warning() or "")
 
@@ -100,6 +101,7 @@ def test_actors_ask_for_a_lower_priority_only_where_they_have_processes_of_their
     """inline actors are orchestrator threads and Ray's workers may run a learner next: a
     niceness they cannot give back must not reach them."""
     for backend, expected in (("local", 7), ("lambda", 7), ("inline", 0), ("ray", 0)):
-        cfg = load_config(None, {"backend": backend, "actor_nice": 7, "minutes": 1})
+        cfg = load_config(None, {"backend": backend, "experimental": {"actor_nice": 7},
+                                 "minutes": 1})
         assert cfg.actor_event_nice == expected, backend
     assert load_config(None, {"backend": "local", "minutes": 1}).actor_event_nice == 0
