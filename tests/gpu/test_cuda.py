@@ -166,7 +166,7 @@ def test_a_training_run_with_cuda_learners_in_the_local_runtime(mode: str, tmp_p
         "learner_batch_steps": 1024, "total_steps": 6144, "eval_interval_s": 0,
         "progress": "none", "hyper": {"update_epochs": 2, "num_minibatches": 8},
         "function_timeout_s": 300, "mode": mode.split("-")[0], "backend": "local",
-        "device": DEVICE, "learner_publishes": mode != "async-aggregator",
+        "device": DEVICE, "experimental": {"learner_publishes": mode != "async-aggregator"},
         # a CUDA context and its libraries are ~1-2 GB of RSS: more than one vCPU's 1,769 MB
         "learner_memory_mb": 10240,
         "run_dir": str(tmp_path / mode), "redis_url": redis_url})

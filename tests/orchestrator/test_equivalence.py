@@ -52,7 +52,7 @@ def test_sync_run_equals_the_lean_ppo_loop_bit_for_bit(tmp_path: Path, redis_url
         "env": "Pendulum-v1", "mode": "sync", "backend": "inline", "actors": 1, "n_envs": 4,
         "rollout_steps": 64, "learner_batch_steps": 256, "total_steps": 256 * rounds, "seed": 3,
         "redis_url": redis_url, "run_dir": str(tmp_path / run_id), "eval_interval_s": 0,
-        "progress": "none", "learner_compile": False, "policy": SPEC,
+        "progress": "none", "experimental": {"learner_compile": False}, "policy": SPEC,
         "hyper": {"update_epochs": 2, "num_minibatches": 4, "anneal_lr": anneal_lr}})
     train(cfg)
     actors = [e for f, e in events if f == "actor"]

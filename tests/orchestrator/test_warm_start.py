@@ -19,7 +19,7 @@ from store import CorruptBlob
 TINY = {
     "env": "CartPole-v1", "backend": "inline", "actors": 2, "n_envs": 4, "rollout_steps": 128,
     "learner_batch_steps": 512, "total_steps": 2048, "eval_interval_s": 0, "progress": "none",
-    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_rounds": 1,
+    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "aggregation": {"warmup_rounds": 1},
 }
 
 

@@ -50,11 +50,14 @@ def test_cli_rejects_a_negative_latency() -> None:
 
 def test_config_needs_the_local_runtime_for_latency() -> None:
     with pytest.raises(ConfigError, match="needs --backend local"):
-        load_config(overrides={"minutes": 1, "backend": "inline", "runtime_invoke_latency_ms": 50})
+        load_config(overrides={"minutes": 1, "backend": "inline",
+                               "experimental": {"runtime_invoke_latency_ms": 50}})
     with pytest.raises(ConfigError, match="runtime_invoke_latency_ms"):
-        load_config(overrides={"minutes": 1, "backend": "local", "runtime_invoke_latency_ms": -1})
-    cfg = load_config(overrides={"minutes": 1, "backend": "local", "runtime_invoke_latency_ms": 50,
-                                 "runtime_invoke_latency_sigma": 0.5})
+        load_config(overrides={"minutes": 1, "backend": "local",
+                               "experimental": {"runtime_invoke_latency_ms": -1}})
+    cfg = load_config(overrides={"minutes": 1, "backend": "local",
+                                 "experimental": {"runtime_invoke_latency_ms": 50,
+                                                  "runtime_invoke_latency_sigma": 0.5}})
     assert (cfg.experimental.runtime_invoke_latency_ms,
             cfg.experimental.runtime_invoke_latency_sigma) == (50, 0.5)
 
