@@ -15,14 +15,13 @@ from store import EmbeddedRedis, RunKeys, RunStore, Store
 SMALL = {
     "env": "CartPole-v1", "actors": 2, "learners": 1, "n_envs": 4, "rollout_steps": 128,
     "learner_batch_steps": 512, "eval_interval_s": 0, "progress": "none",
-    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "warmup_rounds": 1,
+    "hyper": {"update_epochs": 2, "num_minibatches": 4}, "aggregation": {"warmup_rounds": 1},
     "function_timeout_s": 60, "max_retries": 5,
     # Drills on a timeline (a 30-second run, Redis killed at version 20): a cold torch.compile
     # of a new policy shape (~15 s under load) would move that timeline, and compiling is
-    # not what is drilled here (tests/orchestrator/test_e2e.py runs it on every backend).
-    "learner_compile": False,
-    # the aggregator's path; a learner that publishes its updates has its own drills below
-    "learner_publishes": False,
+    # not what is drilled here (tests/orchestrator/test_e2e.py runs it on every backend);
+    # the aggregator's path: a learner that publishes its updates has its own drills below
+    "experimental": {"learner_compile": False, "learner_publishes": False},
 }
 # With a function killed in 20-30% of invocations, six kills in a row of one job (the default
 # 5 retries) happen in ~1-4% of these runs: a retry budget that makes the drill flaky, not
@@ -40,7 +39,8 @@ def test_twenty_percent_of_functions_killed(tmp_path: Path, redis_url: str) -> N
     """Real worker processes die (os._exit) in 20% of actor and learner invocations."""
     run_dir = tmp_path / "faults"
     cfg = load_config(None, {**SMALL, "backend": "local", "run_dir": str(run_dir),
-                             "redis_url": redis_url, "total_steps": 12288, "fault_kill_prob": 0.2, **KILL_DRILL})
+                             "redis_url": redis_url, "total_steps": 12288,
+                             "experimental": {**SMALL["experimental"], "fault_kill_prob": 0.2}, **KILL_DRILL})
     summary = train(cfg)
     assert summary["env_steps"] >= 12288
     failures = summary["failures"]["actor"] + summary["failures"]["learner"]
@@ -71,7 +71,8 @@ def test_four_learners_with_killed_functions(tmp_path: Path, redis_url: str) -> 
     run_dir = tmp_path / "four-faults"
     cfg = load_config(None, {**SMALL, **FOUR_LEARNERS, "backend": "local",
                              "run_dir": str(run_dir), "redis_url": redis_url,
-                             "total_steps": 8192, "fault_kill_prob": 0.2, **KILL_DRILL})
+                             "total_steps": 8192,
+                             "experimental": {**SMALL["experimental"], "fault_kill_prob": 0.2}, **KILL_DRILL})
     assert cfg.training_path == "aggregation (4 learners)"
     summary = train(cfg)
     assert summary["env_steps"] >= 8192
@@ -90,7 +91,8 @@ def test_four_learners_with_killed_functions(tmp_path: Path, redis_url: str) -> 
 def test_injected_faults_inline(tmp_path: Path, redis_url: str) -> None:
     run_dir = tmp_path / "inline-faults"
     cfg = load_config(None, {**SMALL, "backend": "inline", "run_dir": str(run_dir),
-                             "redis_url": redis_url, "total_steps": 8192, "fault_kill_prob": 0.3, **KILL_DRILL})
+                             "redis_url": redis_url, "total_steps": 8192,
+                             "experimental": {**SMALL["experimental"], "fault_kill_prob": 0.3}, **KILL_DRILL})
     summary = train(cfg)
     assert summary["failures"]["actor"] + summary["failures"]["learner"] > 0
     ids = _applied_ids(run_dir)
@@ -105,7 +107,7 @@ def test_redis_restart_mid_run(tmp_path: Path, publishes: bool, shape: dict) -> 
     run_dir = tmp_path / "redis-restart"
     cfg = load_config(None, {**SMALL, **shape, "backend": "inline", "run_dir": str(run_dir),
                              "redis_url": server.url, "minutes": 0.5,
-                             "learner_publishes": publishes})
+                             "experimental": {**SMALL["experimental"], "learner_publishes": publishes}})
     # versions count Adam steps (8 an update) or, with a publishing learner, updates
     kill_at = 3 if publishes else 20
     result: dict = {}
@@ -184,7 +186,8 @@ def test_sync_mode_survives_killed_functions(tmp_path: Path, redis_url: str) -> 
     """A learner killed after publishing v+1 but before answering must not stall the round."""
     run_dir = tmp_path / "sync-faults"
     cfg = load_config(None, {**SMALL, "mode": "sync", "backend": "local", "run_dir": str(run_dir),
-                             "redis_url": redis_url, "total_steps": 8192, "fault_kill_prob": 0.3, **KILL_DRILL})
+                             "redis_url": redis_url, "total_steps": 8192,
+                             "experimental": {**SMALL["experimental"], "fault_kill_prob": 0.3}, **KILL_DRILL})
     summary = train(cfg)
     assert summary["env_steps"] >= 8192
     assert summary["version"] >= 8192 // (2 * 4 * 128)
@@ -194,9 +197,10 @@ def test_a_publishing_learner_survives_killed_functions(tmp_path: Path, redis_ur
     """Async with ``learner_publishes``: a learner killed after publishing its version (before
     answering) is adopted, not run again; one killed before is retried with the same target."""
     run_dir = tmp_path / "publishes-faults"
-    cfg = load_config(None, {**SMALL, "backend": "local", "learner_publishes": True,
-                             "run_dir": str(run_dir), "redis_url": redis_url,
-                             "total_steps": 8192, "fault_kill_prob": 0.3, **KILL_DRILL})
+    cfg = load_config(None, {**SMALL, "backend": "local", "run_dir": str(run_dir),
+                             "redis_url": redis_url, "total_steps": 8192,
+                             "experimental": {**SMALL["experimental"], "learner_publishes": True,
+                                              "fault_kill_prob": 0.3}, **KILL_DRILL})
     summary = train(cfg)
     assert summary["env_steps"] >= 8192
     assert summary["failures"]["actor"] + summary["failures"]["learner"] > 0

@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.async_loop import AsyncTrainer
 from orchestrator.config import ConfigError, load_config
+from orchestrator.counters import Counters
 from orchestrator.pacer import (
     Rollout,
     RolloutPacer,
@@ -17,7 +18,6 @@ from orchestrator.pacer import (
     next_rollout,
 )
 from orchestrator.run import train
-from orchestrator.counters import Counters
 
 
 def test_eager_never_holds() -> None:
