@@ -3,17 +3,16 @@ folder sits beside a sentinel folder, so tests can prove nothing is written outs
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-# Reuse the runtime tests' helpers (boto3 client without retries, zip builder, role ARN).
+# Reuse the runtime tests' helpers (boto3 client without retries, zip builder, role ARN, the
+# deploy fixture's body).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runtime"))
-from rt_helpers import ROLE, lambda_client, make_zip  # noqa: E402
+from rt_helpers import ROLE, deployer, lambda_client, make_zip  # noqa: E402
 
 from runtime import LocalRuntime  # noqa: E402
 
@@ -47,20 +46,7 @@ def rel_client(rel_server: LocalRuntime) -> object:
 @pytest.fixture()
 def rel_deploy(rel_client: object) -> Iterator[Callable[..., str]]:
     """Create a function from a dict of files (or a ready zip); deleted after the test."""
-    created: list[str] = []
-
-    def _deploy(files: dict[str, str | bytes] | bytes, handler: str = "app.handler", **kw: object) -> str:
-        name = kw.pop("FunctionName", None) or f"rel-{uuid.uuid4().hex[:10]}"
-        code = files if isinstance(files, bytes) else make_zip(files)
-        rel_client.create_function(FunctionName=name, Runtime="python3.11", Role=ROLE,
-                                   Handler=handler, Code={"ZipFile": code}, **kw)
-        created.append(name)
-        return name
-
-    yield _deploy
-    for name in created:
-        with contextlib.suppress(rel_client.exceptions.ResourceNotFoundException):
-            rel_client.delete_function(FunctionName=name)
+    yield from deployer(rel_client, "rel")
 
 
 __all__ = ["ROLE", "lambda_client", "make_zip"]

@@ -3,12 +3,10 @@ and real boto3 Lambda clients."""
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from rt_helpers import ROLE, lambda_client, make_zip
+from rt_helpers import deployer, lambda_client
 
 from runtime import LocalRuntime
 
@@ -33,16 +31,4 @@ def client(server: LocalRuntime) -> object:
 @pytest.fixture()
 def deploy(client: object) -> Iterator[Callable[..., str]]:
     """Create a function from a dict of files; deleted after the test."""
-    created: list[str] = []
-
-    def _deploy(files: dict[str, str | bytes], handler: str = "app.handler", **kw: object) -> str:
-        name = kw.pop("FunctionName", None) or f"fn-{uuid.uuid4().hex[:10]}"
-        client.create_function(FunctionName=name, Runtime="python3.11", Role=ROLE, Handler=handler,
-                               Code={"ZipFile": make_zip(files)}, **kw)
-        created.append(name)
-        return name
-
-    yield _deploy
-    for name in created:
-        with contextlib.suppress(client.exceptions.ResourceNotFoundException):
-            client.delete_function(FunctionName=name)
+    yield from deployer(client, "fn")
