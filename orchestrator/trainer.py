@@ -176,7 +176,7 @@ class Trainer(StoreRecovery):
 
     def submit_warmup(self, batch_size: int, mode: str,
                       hyper: PPOHyper) -> Future[InvocationResult] | None:
-        """Start a learner warm-up (:class:`functions.messages.LearnerWarmup`): its compile
+        """Start a learner warm-up (:class:`functions.events.LearnerWarmup`): its compile
         runs while the first rollouts are sampled, and the first update finds its environment
         warm. None when the learners do not compile."""
         if not self.cfg.experimental.learner_compile:
