@@ -146,8 +146,13 @@ def bootstrap(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[flo
 
 def verdict(full: list[float], other: list[float]) -> str:
     """How removing a mechanism changes the return: by the interval of full's lead."""
-    if len(full) < 2 or len(other) < 2:
-        return "too few seeds"
+    if len(full) < 3 or len(other) < 3:
+        # an interval from two seeds says little: give the direction, not a verdict
+        if min(full) > max(other):
+            return "too few seeds (full ahead on every seed)"
+        if max(full) < min(other):
+            return "too few seeds (full behind on every seed)"
+        return "too few seeds (mixed)"
     # 95% interval of mean(full) - mean(other), each group resampled on its own
     rng = random.Random(1)
     diffs = sorted(statistics.fmean(rng.choices(full, k=len(full)))

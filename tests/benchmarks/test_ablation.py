@@ -29,7 +29,7 @@ def _record(records: Path, env: str, variant: str, seed: int, final: float,
 
 
 def test_verdicts_and_the_paper_vs_sync_line(tmp_path: Path) -> None:
-    for seed, jitter in ((1, 0.0), (2, 10.0), (3, -10.0)):
+    for seed, jitter in ((1, 0.0), (2, 10.0), (3, -10.0)):  # three seeds: verdicts
         _record(tmp_path, "Hopper-v5", "full", seed, 1000 + jitter, 0.6)
         _record(tmp_path, "Hopper-v5", "no-is", seed, 500 + jitter, 0.0)  # full is better
         _record(tmp_path, "Hopper-v5", "no-weights", seed, 1200 + jitter, 0.6)  # worse
@@ -41,6 +41,18 @@ def test_verdicts_and_the_paper_vs_sync_line(tmp_path: Path) -> None:
     verdicts = {r["variant"]: r["verdict (removing it)"] for r in doc["rows"]}
     assert verdicts == {"full": "reference", "no-is": "helps", "no-weights": "hurts",
                         "no-bound": "no effect", "sync": "baseline"}
+
+
+def test_two_seeds_give_a_direction_not_a_verdict(tmp_path: Path) -> None:
+    for seed in (1, 2):
+        _record(tmp_path, "Hopper-v5", "full", seed, 1000.0 + seed, 0.5)
+        _record(tmp_path, "Hopper-v5", "no-is", seed, 500.0 + seed, 0.0)
+        _record(tmp_path, "Hopper-v5", "no-bound", seed, 970.0 + 20 * seed, 0.5)
+    ablation.report(tmp_path, "Hopper-v5", 1000, [])
+    doc = json.loads((tmp_path / "ablation-verdict" / "Hopper-v5-1000.json").read_text())
+    verdicts = {r["variant"]: r["verdict (removing it)"] for r in doc["rows"]}
+    assert verdicts["no-is"] == "too few seeds (full ahead on every seed)"
+    assert verdicts["no-bound"] == "too few seeds (mixed)"
 
 
 def test_the_line_names_1m_as_the_issue_reads_it(tmp_path: Path) -> None:
