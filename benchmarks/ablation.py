@@ -217,10 +217,16 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
     for line in lines:
         print(line)
     if rows:
+        legend = "\n\n".join([*lines, "Verdicts say what *removing* a mechanism does to the "
+                               "return (from the 95% interval of the difference of the means; "
+                               "under three seeds a side, only a direction); the interval of "
+                               "each mean is in brackets."])
         write_record("ablation-verdict", command_line("benchmarks/ablation.py", argv),
-                     {"env": env, "env_steps": steps, "lines": lines}, None,
+                     {"env": env, "env_steps": steps}, None,
                      benchmark="ablation-verdict", name=f"{env}-{steps}", rows=rows,
-                     path="aggregation (4 learners) vs sync", records=records)
+                     path="aggregation (4 learners) vs sync", records=records,
+                     extra={"title": f"{env} at {steps:,} env steps: the paper's shape, its "
+                            "ablations and sync PPO", "legend": legend})
     return lines
 
 
