@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import random
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.compare_analysis import bootstrap_diff_ci, bootstrap_mean_ci  # noqa: E402
 from benchmarks.records import command_line, records_dir, write_record  # noqa: E402
 
 VARIANTS: dict[str, list[str]] = {
@@ -135,13 +135,12 @@ def _percentiles(hist: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def bootstrap(values: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of the mean."""
-    if len(values) < 2:
+def bootstrap(values: list[float]) -> tuple[float, float]:
+    """95% interval of the mean (a single value: itself)."""
+    ci = bootstrap_mean_ci(values)
+    if ci is None:
         return (values[0], values[0]) if values else (float("nan"), float("nan"))
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(reps))
-    return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
+    return ci
 
 
 def verdict(full: list[float], other: list[float]) -> str:
@@ -153,11 +152,7 @@ def verdict(full: list[float], other: list[float]) -> str:
         if max(full) < min(other):
             return "too few seeds (full behind on every seed)"
         return "too few seeds (mixed)"
-    # 95% interval of mean(full) - mean(other), each group resampled on its own
-    rng = random.Random(1)
-    diffs = sorted(statistics.fmean(rng.choices(full, k=len(full)))
-                   - statistics.fmean(rng.choices(other, k=len(other))) for _ in range(2000))
-    lo, hi = diffs[50], diffs[1949]
+    lo, hi = bootstrap_diff_ci(full, other)
     if lo > 0:
         return "helps"
     if hi < 0:

@@ -302,6 +302,16 @@ def bootstrap_ratio_ci(num: list[float], den: list[float], level: float = 0.95,
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1.0 - tail))
 
 
+def bootstrap_diff_ci(a: list[float], b: list[float], level: float = 0.95,
+                      resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(a) - mean(b)``, each resampled on its own."""
+    import numpy as np
+
+    diffs = _resample_means(a, resamples, seed) - _resample_means(b, resamples, seed + 1)
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1.0 - tail))
+
+
 def bootstrap_mean_ci(xs: list[float], level: float = 0.95, resamples: int = 10_000,
                       seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap interval of ``mean(xs)`` over the runs (None under two)."""

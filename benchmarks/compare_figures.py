@@ -11,6 +11,15 @@ from typing import Any
 from benchmarks.compare_analysis import LABELS
 
 
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt  # loaded by figures() already, with its backend set
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> list[Path]:
     import matplotlib
 
@@ -43,11 +52,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
         ax.set_title(f"{env}: return vs {xlabel.split(' (')[0]}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = fig_dir / f"{env}_return_vs_{x.split('_')[0]}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, fig_dir / f"{env}_return_vs_{x.split('_')[0]}.png"))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     names = list(data)
@@ -58,11 +63,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
                   fontsize=7)
     ax.set_ylabel("cost per run (USD)")
     ax.set_title(f"{env}: final cost per run (same budget)")
-    fig.tight_layout()
-    path = fig_dir / f"{env}_cost.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(fig, fig_dir / f"{env}_cost.png"))
 
     stell = {v: runs for v, runs in data.items() if v.startswith("stellaris")}
     if stell:
@@ -89,9 +90,5 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
                 ax.text(0.5, 0.5, "none recorded", ha="center", va="center",
                         transform=ax.transAxes)
         fig.suptitle(f"{env}: staleness (all seeds)")
-        fig.tight_layout()
-        path = fig_dir / f"{env}_staleness.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, fig_dir / f"{env}_staleness.png"))
     return written
