@@ -44,7 +44,7 @@ class _Streamer:
         self.ev, self.rs, self.hyper, self.groups = ev, rs, ev.hyper, groups
         self.pol, self.model, self.others, self.device = pol, pol.model, others, device
         self.policies, self.la, self.pool = policies, la, pool
-        self.live = ev.hold_lease_s is not None and pool is not None  # the others' versions, now
+        self.live = pool is not None and pool.live  # the others' versions, read now
         self.others_held = set(pool.asked) if pool is not None else set()
         self.others_seen = self.minibatches = 0
         self.versions_used: list[int] = []

@@ -50,7 +50,6 @@ class _Actor:
 class _Learner:
     event: dict[str, Any]
     trajs: list[_Traj]
-    version_at_dispatch: int
     attempts: int = 1
 
 
@@ -216,7 +215,6 @@ class AsyncTrainer(Trainer):
                 batch.append(pending.popleft())
             with self.lock:
                 v_now = self.master.version
-                v_pub = self.master.published_version
                 self.counters.traj_staleness.extend(v_now - t.behaviour_version for t in batch)
             if cfg.publishing_learner:
                 # previews only help actors that look for newer weights mid-rollout
@@ -224,7 +222,7 @@ class AsyncTrainer(Trainer):
                             and cfg.experimental.actor_refresh_steps > 0)
                 event = self.update_event([t.traj_id for t in batch], v_now, self.learner_hyper(),
                                           previews=previews)
-                self._submit_learner(learners, _Learner(event, batch, v_now))
+                self._submit_learner(learners, _Learner(event, batch))
                 continue
             # Several learners: each holds (pins) the version it computes with and truncates
             # over the versions the others hold at each minibatch; the lease outlives a
@@ -241,7 +239,7 @@ class AsyncTrainer(Trainer):
                 compile=cfg.experimental.learner_compile,
                 cuda_graph=cfg.experimental.learner_cuda_graphs,
             ).to_event()
-            self._submit_learner(learners, _Learner(event, batch, v_pub))
+            self._submit_learner(learners, _Learner(event, batch))
 
     def _on_learner(self, res: InvocationResult, job: _Learner,
                     learners: dict[Future[InvocationResult], _Learner]) -> None:
