@@ -5,17 +5,28 @@ Tensors are stored as safetensors; metadata as JSON. Nothing read back can execu
 
 from store.connection import Store, redact, resolve_url
 from store.embedded import EmbeddedRedis, free_port, redis_server_executable
-from store.errors import CorruptBlob, StoreError, StoreUnavailable, VersionEvicted, VersionNotFound
+from store.errors import (
+    ClusterUrlNeeded,
+    CorruptBlob,
+    InvalidStoreUrl,
+    StoreError,
+    StoreUnavailable,
+    VersionEvicted,
+    VersionNotFound,
+)
 from store.keys import RunKeys, validate_run_id
 from store.params import Applied, ParamStore, PolicySnapshot
 from store.run import RunMeta, RunStore
 from store.serde import decode, encode, read_meta
 from store.streams import Entry, Stream, StreamStats
+from store.urls import StoreUrl, parse_store_url
 
 __all__ = [
+    "ClusterUrlNeeded",
     "CorruptBlob",
     "EmbeddedRedis",
     "Entry",
+    "InvalidStoreUrl",
     "ParamStore",
     "Applied",
     "PolicySnapshot",
@@ -27,11 +38,13 @@ __all__ = [
     "StoreUnavailable",
     "Stream",
     "StreamStats",
+    "StoreUrl",
     "VersionEvicted",
     "VersionNotFound",
     "decode",
     "encode",
     "free_port",
+    "parse_store_url",
     "read_meta",
     "redact",
     "redis_server_executable",

@@ -16,6 +16,26 @@ class StoreUnavailable(StoreError):
         super().__init__(f"Redis store unavailable at {url}{detail}")
 
 
+class InvalidStoreUrl(StoreError, ValueError):
+    """A Redis URL the store cannot use: unknown scheme or option, no host, a database on a
+    cluster. The message names the URL (password redacted) and what is wrong."""
+
+
+class ClusterUrlNeeded(StoreError):
+    """A one-server URL (redis://, rediss://) points at a Redis Cluster node, which answered
+    MOVED: the URL needs the cluster scheme."""
+
+    def __init__(self, url: str, moved: BaseException) -> None:
+        self.url = url
+        super().__init__(
+            f"Redis at {url} is a cluster node (it answered MOVED {moved}): use "
+            f"{_cluster_scheme(url)}:// so the client follows the cluster's slots")
+
+
+def _cluster_scheme(url: str) -> str:
+    return "rediss+cluster" if url.startswith("rediss") else "redis+cluster"
+
+
 class CorruptBlob(StoreError):
     """A blob read from the store is not a valid tensor blob (truncated, garbled, wrong type)."""
 

@@ -108,6 +108,13 @@ class RunKeys:
             raise ValueError(f"invalid state name {name!r}")
         return f"{self.prefix}:state:{name}"
 
+    def scratch(self, token: str) -> str:
+        """A short-lived key a store probe writes, reads and deletes (store/probe.py): proof
+        that the run's hash slot takes writes, from where the probe runs."""
+        if not token or not token.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"invalid scratch token {token!r}")
+        return f"{self.prefix}:scratch:{token}"
+
     # -- run metadata and metrics --------------------------------------------------------
     @property
     def meta(self) -> str:

@@ -99,7 +99,8 @@ class RunStore:
         def do(r: redis.Redis) -> list[Any]:
             pipe = r.pipeline(transaction=False)
             for script, keys, args in scripts:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                # execute_command: a cluster pipeline refuses pipe.evalsha, not EVALSHA itself
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             replies = pipe.execute(raise_on_error=False)
             for i, (script, keys, args) in enumerate(scripts):
                 if isinstance(replies[i], redis.exceptions.NoScriptError):
