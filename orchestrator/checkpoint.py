@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ class Checkpointer:
         self.dir = Path(run_dir) / "checkpoints"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.keep = keep
+        # Called after every save (an S3 run folder uploads then: orchestrator/run_folder.py).
+        self.on_save: Callable[[], None] | None = None
         self.best_score: float | None = None
         best_meta = self.dir / "best.json"
         if best_meta.exists():
@@ -48,6 +51,8 @@ class Checkpointer:
             os.replace(tmp, self.dir / "best.safetensors")
             _atomic_write(self.dir / "best.json", json.dumps(meta, indent=2).encode())
         self._prune()
+        if self.on_save is not None:
+            self.on_save()
         return path
 
     def _prune(self) -> None:

@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from functions.envs import UnknownEnv, UnsupportedSpace, space_info
+from functions.envs import UnknownEnv, UnsupportedSpace, custom_env_source, space_info
 from functions.policy import init_policy, load_policy_tensors
 from orchestrator.config import ConfigError, TrainConfig
 from orchestrator.invokers.base import Invoker
+from orchestrator.run_folder import RunDirError, RunFolder, S3Location, is_s3, open_folder
 from store import CorruptBlob, RunStore, Store, StoreUnavailable, decode, validate_run_id
 
 
@@ -25,13 +26,16 @@ def default_run_id(cfg: TrainConfig) -> str:
     return f"{env}-{cfg.mode}-{time.strftime('%Y%m%d-%H%M%S')}-s{cfg.seed}"
 
 
-def resolve_run(cfg: TrainConfig) -> tuple[str, Path]:
+def resolve_run(cfg: TrainConfig) -> tuple[str, RunFolder]:
+    """The run's id and its folder (local, or ``s3://bucket/prefix`` staged locally), not
+    yet opened; a malformed ``s3://`` URL is a :class:`RunDirError`."""
     run_id = cfg.run_id
     if run_id is None and cfg.run_dir:
-        run_id = re.sub(r"[^A-Za-z0-9._-]", "-", Path(cfg.run_dir).resolve().name) or None
+        name = (S3Location.parse(cfg.run_dir).name if is_s3(cfg.run_dir)
+                else Path(cfg.run_dir).resolve().name)
+        run_id = re.sub(r"[^A-Za-z0-9._-]", "-", name) or None
     run_id = validate_run_id(run_id or default_run_id(cfg))
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / run_id
-    return run_id, run_dir
+    return run_id, open_folder(cfg.run_dir or Path("runs") / run_id)
 
 
 def preflight_env(cfg: TrainConfig) -> None:
@@ -71,6 +75,9 @@ def open_store(cfg: TrainConfig) -> Store:
 
 def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> Invoker:
     in_flight = (cfg.max_actors if cfg.autoscale else cfg.actors) + cfg.learners + 1
+    # A custom env's package (package.module:EnvId) goes with the functions: on the local
+    # runtime on their PYTHONPATH, on Ray as a py_module; a Lambda image or zip must hold it.
+    env_source = custom_env_source(cfg.env)
     if cfg.backend == "inline":
         from orchestrator.invokers.inline import InlineInvoker
 
@@ -81,7 +88,8 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
 
         return LocalRuntimeInvoker(
             cfg.function_prefix, cfg.actor_memory_mb, cfg.learner_memory_mb, cfg.function_timeout_s,
-            in_flight, environment={"REDIS_URL": function_redis_url},
+            in_flight, environment={"REDIS_URL": function_redis_url, **(
+                {"PYTHONPATH": str(Path(env_source).parent)} if env_source else {})},
             zygote=cfg.experimental.runtime_zygote,
             log_file=str(run_dir / "runtime.log"), fault_prob=cfg.experimental.fault_kill_prob,
             invoke_latency_ms=cfg.experimental.runtime_invoke_latency_ms,
@@ -96,7 +104,8 @@ def build_invoker(cfg: TrainConfig, function_redis_url: str, run_dir: Path) -> I
     if cfg.backend == "ray":
         from orchestrator.invokers.ray_ import RayInvoker
 
-        return RayInvoker(cfg.ray_address, in_flight)
+        return RayInvoker(cfg.ray_address, in_flight, learner_gpus=cfg.learner_gpus,
+                          extra_modules=(env_source,) if env_source else ())
     raise ConfigError(f"unknown backend {cfg.backend!r}")
 
 
@@ -106,11 +115,34 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     preflight_init(cfg)
     if (idle := cfg.idle_actors_warning()) is not None:
         print(f"warning: {idle}", file=sys.stderr)
-    run_id, run_dir = resolve_run(cfg)
+    try:
+        run_id, folder = resolve_run(cfg)
+    except RunDirError as exc:
+        raise PreflightError(str(exc)) from None
     store = open_store(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.open()  # an S3 run folder: checked, and its checkpoint fetched to resume from
+    except RunDirError as exc:
+        store.close()
+        raise PreflightError(str(exc)) from None
+    failed = True
+    try:
+        summary = _train_in(cfg, run_id, folder, store)
+        failed = False
+    finally:
+        try:
+            folder.close()  # an S3 run folder: the last upload
+        except RunDirError as exc:
+            if not failed:
+                raise
+            print(f"warning: {exc}", file=sys.stderr)  # the run's own error comes first
+    return summary
+
+
+def _train_in(cfg: TrainConfig, run_id: str, folder: RunFolder, store: Store) -> dict[str, Any]:
+    run_dir = folder.path
     (run_dir / "config.json").write_text(json.dumps(
-        {**cfg.public_dict(), "run_id": run_id, "run_dir": str(run_dir)}, indent=2))
+        {**cfg.public_dict(), "run_id": run_id, "run_dir": folder.url}, indent=2))
     rs = RunStore(store, run_id, keep_versions=cfg.experimental.keep_versions)
     function_url = cfg.function_redis_url or store.url
     invoker = build_invoker(cfg, function_url, run_dir)
@@ -127,6 +159,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             from orchestrator.sync_loop import SyncTrainer
 
             trainer = SyncTrainer(cfg, invoker, rs, run_dir, function_url)
+        trainer.checkpointer.on_save = folder.push
         summary = trainer.run()
     finally:
         invoker.close()

@@ -29,6 +29,19 @@ def test_keeps_last_k_and_best(tmp_path: Path) -> None:
     assert Checkpointer(tmp_path).best_score == 9.0  # survives a restart
 
 
+def test_on_save_runs_after_the_pointer_and_the_pruning(tmp_path: Path) -> None:
+    """An S3 run folder uploads from this hook: by then the pointer names the new file and
+    the pruned files are gone, so the upload mirrors a consistent folder."""
+    ck = Checkpointer(tmp_path, keep=1)
+    seen: list[tuple[int, list[str]]] = []
+    ck.on_save = lambda: seen.append((
+        json.loads((ck.dir / "metadata.json").read_text())["version"],
+        sorted(p.name for p in ck.dir.glob("ckpt-*.safetensors"))))
+    for v in (1, 2):
+        ck.save(v, {"w": np.zeros(2, dtype=np.float32)}, {})
+    assert seen == [(1, ["ckpt-00000001.safetensors"]), (2, ["ckpt-00000002.safetensors"])]
+
+
 def test_master_state_round_trip_includes_adam() -> None:
     a = MasterPolicy("CartPole-v1", PolicySpec(), seed=0, learning_rate=1e-3)
     grads = {n: np.ones(tuple(p.shape), dtype=np.float32) for n, p in a.model.named_parameters()}
