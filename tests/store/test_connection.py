@@ -6,11 +6,24 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+from store_servers import TlsFront, self_signed_cert
 
-from store import EmbeddedRedis, ParamStore, RunStore, Store, StoreUnavailable, redact, resolve_url
+from store import (
+    EmbeddedRedis,
+    InvalidStoreUrl,
+    ParamStore,
+    RunStore,
+    Store,
+    StoreUnavailable,
+    parse_store_url,
+    redact,
+    resolve_url,
+)
 from store.keys import validate_run_id
 
 
@@ -18,6 +31,56 @@ def test_resolve_url_rejects_unknown_scheme() -> None:
     with pytest.raises(ValueError, match="unsupported Redis URL scheme"):
         resolve_url("http://localhost:6379")
     assert resolve_url("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
+
+
+def test_store_urls_are_checked_before_use() -> None:
+    tls = parse_store_url("rediss+cluster://u:pw@cfg.example.com:6379/0?ssl_cert_reqs=required"
+                          "&ssl_ca_certs=/etc/ca.pem&ssl_check_hostname=false")
+    assert (tls.tls, tls.cluster, tls.base) == (True, True, "rediss://u:pw@cfg.example.com:6379/0")
+    assert tls.options == {"ssl_cert_reqs": "required", "ssl_ca_certs": "/etc/ca.pem",
+                           "ssl_check_hostname": False}
+    assert not tls.loopback
+    assert parse_store_url("redis://localhost:1").loopback
+    assert parse_store_url("redis://[::1]:1").loopback and parse_store_url("unix:///s").loopback
+    bad = {
+        "redis://h:1/0?ssl_ca_certs=/x": "TLS options need rediss://",
+        "rediss://h:1/0?sslmode=on": "unknown option 'sslmode'",
+        "rediss://h:1/0?ssl_cert_reqs=maybe": "expected none, optional or required",
+        "redis+cluster://h:1/3": "only database 0",
+        "redis+cluster://h:1/0?db=2": "only database 0",
+        "redis://:pw@/0": "names no host",
+        "redis://h:99999/0": "malformed",
+        "redis://h:1/zero": "database number",
+    }
+    for url, message in bad.items():
+        with pytest.raises(InvalidStoreUrl, match=message) as info:
+            Store(url)
+        assert "pw" not in str(info.value)
+
+
+@pytest.fixture()
+def tls_redis(redis_server: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """(port, CA file) of a real TLS listener in front of the session's redis-server."""
+    cert, key = self_signed_cert(tmp_path)
+    front = TlsFront(cert, key, [redis_server.port]).start()
+    yield front.ports[0], cert
+    front.close()
+
+
+def test_rediss_verifies_the_server(tls_redis: tuple[int, Path]) -> None:
+    port, ca = tls_redis
+    rs = RunStore(Store(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"), "over-tls")
+    rs.params.publish(0, {"w": [1.0]})
+    assert rs.params.latest().tensors["w"].tolist() == [1.0]
+    rs.clear()
+    # no CA for a self-signed certificate: refused, named, quickly
+    with pytest.raises(StoreUnavailable, match="certificate verify failed"):
+        Store(f"rediss://127.0.0.1:{port}/0", retry_seconds=0.2).ping()
+    # verification off on request (a URL option, as redis-py spells it)
+    assert Store(f"rediss://127.0.0.1:{port}/0?ssl_cert_reqs=none").ping()
+    # plain text at a TLS port is no Redis conversation
+    with pytest.raises(StoreUnavailable):
+        Store(f"redis://127.0.0.1:{port}/0", retry_seconds=0.2, socket_timeout=1.0).ping()
 
 
 def test_redact_hides_password() -> None:
