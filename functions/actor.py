@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from functions import preflight
 from functions.behaviour import behaviour_sampler
 from functions.envs import drop_warm_env, warm_env
 from functions.events import ActorEvent, parse_event
@@ -32,6 +33,8 @@ class PolicyEnvMismatch(ValueError):
 
 
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
+    if isinstance(event, dict) and "preflight" in event:  # the store check, no rollout
+        return preflight.handler(event["preflight"], context)
     ev = parse_event(ActorEvent, event, context)
     set_threads()
     lower_cpu_priority(ev.nice)

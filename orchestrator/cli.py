@@ -135,6 +135,10 @@ def _train_parser(sub: Any) -> None:
     for title, flags in _FIELD_FLAGS.items():
         for flag, path, options in flags:
             groups[title].add_argument(flag, dest=path, help=_description(path), **options)
+    groups["functions and their store"].add_argument(
+        "--no-preflight", dest="preflight", action="store_false", default=None,
+        help="Skip the preflight: the one actor invocation that checks, before the run, that "
+        "the functions reach the store")
     groups["rollouts and PPO"].add_argument(
         "--autoscale", action="store_true", default=None, help=_description("autoscale"))
     groups["rollouts and PPO"].add_argument(

@@ -145,12 +145,16 @@ def _train_in(cfg: TrainConfig, run_id: str, folder: RunFolder, store: Store) ->
         {**cfg.public_dict(), "run_id": run_id, "run_dir": folder.url}, indent=2))
     rs = RunStore(store, run_id, keep_versions=cfg.experimental.keep_versions)
     function_url = cfg.function_redis_url or store.url
+    from orchestrator import preflight
+
+    preflight.check_static(cfg, function_url)  # nothing invoked yet
     invoker = build_invoker(cfg, function_url, run_dir)
     try:
         try:
             invoker.start()
         except Exception as exc:
             raise PreflightError(f"{cfg.backend} backend unusable: {exc}") from exc
+        preflight.check_functions(cfg, invoker, run_id, function_url)  # before the first rollout
         if cfg.mode == "async":
             from orchestrator.async_loop import AsyncTrainer
 

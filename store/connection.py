@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import ClusterDownError, MovedError, RedisClusterException, TryAgainError
+from redis.exceptions import (
+    ClusterDownError,
+    InvalidResponse,
+    MovedError,
+    RedisClusterException,
+    TryAgainError,
+)
 from tenacity import (
     RetryError,
     Retrying,
@@ -114,12 +120,15 @@ class Store:
             return self._call(fn)
         except MovedError as exc:  # a cluster client follows MOVED: only a plain one sees it
             raise ClusterUrlNeeded(redact(self.url), exc) from None
+        except InvalidResponse as exc:  # something answered, but not in Redis's protocol
+            raise StoreUnavailable(redact(self.url), exc) from exc
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         try:  # fast path: no retry machinery on the (overwhelmingly common) first success
             return fn(self.redis)
-        except _TRANSIENT:
-            pass
+        except _TRANSIENT as exc:
+            if self.retry_seconds <= 0:  # one attempt (a probe wants the first error)
+                raise StoreUnavailable(redact(self.url), exc) from exc
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(self.retry_seconds),

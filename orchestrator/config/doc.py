@@ -28,7 +28,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "Rollouts and batches": ("n_envs", "rollout_steps", "learner_batch_steps"),
     "Functions and their store": ("device", "actor_memory_mb", "learner_memory_mb",
                                   "function_timeout_s", "max_retries", "redis_url",
-                                  "function_redis_url", "endpoint_url", "region",
+                                  "function_redis_url", "preflight", "endpoint_url", "region",
                                   "function_prefix", "ray_address"),
     "Scaling and budget": ("autoscale", "max_actors", "budget_usd", "redis_host", "prices"),
     "Observability and checkpoints": ("eval_interval_s", "eval_episodes",

@@ -77,6 +77,9 @@ class TrainConfig(BaseModel):
         None, description="Redis URL (unset: $REDIS_URL, else an embedded redis-server).")
     function_redis_url: str | None = Field(
         None, description="Redis URL as the functions see it (unset: the orchestrator's).")
+    preflight: bool = Field(
+        True, description="Before the run, one actor invocation checks that the functions "
+        "reach the store (local, lambda and ray backends; docs/clusters.md).")
     endpoint_url: str | None = Field(
         None, description="Lambda endpoint of the lambda backend (unset: AWS for the region).")
     region: str = Field("us-east-1", description="AWS region of the lambda backend.")
