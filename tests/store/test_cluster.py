@@ -11,6 +11,7 @@ import pytest
 from store_servers import RedisClusterServer, TlsFront, self_signed_cert
 
 from store import ClusterUrlNeeded, RunKeys, RunStore, Store, StoreUnavailable
+from store.probe import probe
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +82,13 @@ def test_a_plain_client_on_a_cluster_node_is_told_to_move(cluster: RedisClusterS
             assert "use redis+cluster://" in str(exc)
             moved += 1
     assert moved == 2
+
+
+def test_the_probe_on_a_cluster(cluster: RedisClusterServer) -> None:
+    report = probe(cluster.url, "probe-cluster")
+    assert report["ok"] and report["server"]["cluster"] is True, report
+    kinds = {probe(f"redis://127.0.0.1:{p}/0", "probe-cluster")["kind"] for p in cluster.ports}
+    assert kinds == {None, "cluster"}  # the node with the run's slot works, the others say so
 
 
 def test_a_cluster_behind_tls(tmp_path: Path) -> None:
