@@ -26,7 +26,7 @@ _DENIED = {
 
 
 def make_clients(target: str, region: str | None, endpoint_url: str | None) -> dict[str, Any]:
-    """``{"lambda": …}`` for the local runtime at ``endpoint_url``; IAM, ECR and Lambda on AWS."""
+    """``{"lambda": …}`` for the local runtime at ``endpoint_url``; STS, IAM, ECR and Lambda on AWS."""
     import boto3
     from botocore.config import Config
 
@@ -42,7 +42,7 @@ def make_clients(target: str, region: str | None, endpoint_url: str | None) -> d
     session = boto3.session.Session(region_name=region) if region else boto3.session.Session()
     if session.region_name is None:
         raise DeployError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
-    return {svc: session.client(svc, config=cfg) for svc in ("iam", "ecr", "lambda")}
+    return {svc: session.client(svc, config=cfg) for svc in ("sts", "iam", "ecr", "lambda")}
 
 
 def call(client: Any, operation: str, **params: Any) -> Any:

@@ -1,5 +1,6 @@
 """The AWS target's plan: the Lambda execution role, the ECR repository and its image, then
-each function as an image function."""
+each function as an image function. The partition and account come from the caller's identity
+(STS), so the same plan works in aws, aws-cn and aws-us-gov."""
 
 from __future__ import annotations
 
@@ -13,18 +14,9 @@ from botocore.exceptions import ClientError
 from deploy.aws import MANAGED_TAG_ENTRY, call, error_code
 from deploy.errors import DeployError
 from deploy.function_plan import ImageCode, plan_function
+from deploy.iam import LAMBDA_TRUST_POLICY, check_role, managed_policy_arns, needs
 from deploy.plan import Plan, Step
 
-LAMBDA_TRUST_POLICY = {
-    "Version": "2012-10-17",
-    "Statement": [{
-        "Effect": "Allow",
-        "Principal": {"Service": "lambda.amazonaws.com"},
-        "Action": "sts:AssumeRole",
-    }],
-}
-BASIC_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
-VPC_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
 _ECR_URI = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
     r"(?P<repo>[a-z0-9][a-z0-9._/-]*?)"
@@ -61,8 +53,14 @@ class AwsSettings:
 def _role_name(arn: str) -> str:
     if not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+", arn):
         raise DeployError(
-            f"--role {arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+            f"--role {arn!r} is not an IAM role ARN (arn:<partition>:iam::<account>:role/<name>)")
     return arn.rsplit("/", 1)[1]
+
+
+def caller_identity(sts: Any) -> tuple[str, str]:
+    """``(partition, account)`` of the credentials in use: ``arn:<partition>:...``."""
+    ident = call(sts, "get_caller_identity")
+    return str(ident["Arn"]).split(":")[1], str(ident["Account"])
 
 
 def plan_aws(clients: dict[str, Any], s: AwsSettings, region: str | None) -> Plan:
@@ -74,37 +72,43 @@ def plan_aws(clients: dict[str, Any], s: AwsSettings, region: str | None) -> Pla
         plan.problems.append(f"image is in region {img['region']} but functions deploy to "
                              f"{region}: "
                              "Lambda pulls images from its own region")
+    partition, account = caller_identity(clients["sts"])
+    wanted = needs(partition, region or str(img["region"]), account,
+                   [spec.name for spec in s.specs], vpc=bool(s.vpc))
 
-    # -- IAM role
+    # -- IAM role: an existing one must trust Lambda and allow what the functions do
     role_arn = s.role_arn
     if not s.repository_only:
         if s.role_arn:
             name = _role_name(s.role_arn)
             try:
-                call(iam, "get_role", RoleName=name)
-                plan.steps.append(Step("iam-role", "noop", name, "exists (--role)"))
+                role = call(iam, "get_role", RoleName=name)["Role"]
             except ClientError as exc:
                 if error_code(exc) != "NoSuchEntity":
                     raise
                 raise DeployError(f"IAM role {s.role_arn} does not exist: create it or omit --role "
                                   "to let deploy create one") from None
+            check_role(iam, role, wanted)
+            plan.steps.append(Step("iam-role", "noop", name, "exists (--role), allows what "
+                                                             "the functions need"))
         else:
             name = s.role_name
             try:
-                role_arn = call(iam, "get_role", RoleName=name)["Role"]["Arn"]
+                role = call(iam, "get_role", RoleName=name)["Role"]
+                check_role(iam, role, wanted)
+                role_arn = role["Arn"]
                 plan.steps.append(Step("iam-role", "noop", name, "exists"))
             except ClientError as exc:
                 if error_code(exc) != "NoSuchEntity":
                     raise
-                policies = [BASIC_EXECUTION] + ([VPC_EXECUTION] if s.vpc else [])
                 plan.steps.append(Step(
                     "iam-role", "create", name, "Lambda execution role",
                     {"RoleName": name, "AssumeRolePolicyDocument": json.dumps(LAMBDA_TRUST_POLICY),
                      "Description": "Stellaris functions (created by stellaris deploy)",
                      "Tags": [dict(MANAGED_TAG_ENTRY)],
-                     "AttachPolicies": policies},
+                     "AttachPolicies": managed_policy_arns(partition, vpc=bool(s.vpc))},
                 ))
-                role_arn = f"arn:aws:iam::{img['account']}:role/{name}"
+                role_arn = f"arn:{partition}:iam::{account}:role/{name}"
 
     # -- ECR repository and the image
     repo = str(img["repo"])
@@ -148,5 +152,6 @@ def plan_aws(clients: dict[str, Any], s: AwsSettings, region: str | None) -> Pla
 
 def _missing_image(uri: str, repo: str) -> str:
     return (f"image {uri} not found in ECR repository {repo}: build and push it first "
-            f"(docker build -f deploy/Dockerfile.function -t {uri} . && docker push {uri}); "
+            "(docker buildx build --platform linux/amd64 --provenance=false "
+            f"-f deploy/Dockerfile.function -t {uri} --push .); "
             "`stellaris deploy --repository-only` creates the repository")

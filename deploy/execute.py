@@ -13,8 +13,15 @@ from deploy.errors import DeployError
 from deploy.plan import Plan
 
 
-def wait_active(lam: Any, name: str, timeout_s: float = 120) -> None:
-    """Wait until a function is Active and its last update finished (AWS takes seconds)."""
+def wait_settled(lam: Any, name: str, *, created: bool = False, timeout_s: float = 300) -> None:
+    """Wait until a function's last create or update finished (AWS takes seconds).
+
+    A created function is settled once ``Active``. An existing one may also be ``Inactive``
+    (idle for weeks): Lambda accepts updates to it and its next invocation reactivates it, so
+    waiting for ``Active`` there would wait forever. ``Pending`` (or an update
+    ``InProgress``) is waited out; ``Failed`` is an error with AWS's reason.
+    """
+    settled = {"Active"} if created else {"Active", "Inactive"}
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     while True:
@@ -23,10 +30,11 @@ def wait_active(lam: Any, name: str, timeout_s: float = 120) -> None:
         if state == "Failed" or update == "Failed":
             reason = cfg.get("StateReason") or cfg.get("LastUpdateStatusReason") or ""
             raise DeployError(f"function {name} failed to deploy: {reason}")
-        if state == "Active" and update != "InProgress":
+        if state in settled and update != "InProgress":
             return
         if time.monotonic() > deadline:
-            raise DeployError(f"function {name} did not become Active in {timeout_s:.0f} s")
+            raise DeployError(f"function {name} did not settle in {timeout_s:.0f} s "
+                              f"(State {state}, LastUpdateStatus {update})")
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
 
@@ -81,7 +89,7 @@ def execute(plan: Plan, clients: dict[str, Any], *, role_retry_s: float = 30.0,
             call(clients["ecr"], "delete_repository", **p)
         elif step.kind == "function" and step.action == "create":
             _create_function(clients["lambda"], p, role_retry_s if created_role else 0.0)
-            wait_active(clients["lambda"], step.target)
+            wait_settled(clients["lambda"], step.target, created=True)
         elif step.kind == "function" and step.action == "delete":
             call(clients["lambda"], "delete_function", **p)
         elif step.kind == "function-code":
@@ -102,10 +110,10 @@ def execute(plan: Plan, clients: dict[str, Any], *, role_retry_s: float = 30.0,
 
 def _update(lam: Any, operation: str, params: dict[str, Any]) -> None:
     name = params["FunctionName"]
-    wait_active(lam, name)  # AWS refuses a second update while one is in progress (409)
+    wait_settled(lam, name)  # AWS refuses a second update while one is in progress (409)
     try:
         call(lam, operation, **params)
     except ClientError as exc:
         raise DeployError(f"lambda:{action_name(operation)} {name}: "
                           f"{error_message(exc)}") from None
-    wait_active(lam, name)
+    wait_settled(lam, name)

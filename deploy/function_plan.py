@@ -133,14 +133,21 @@ def plan_function(lam: Any, spec: Any, code: ZipCode | ImageCode, role: str, *,
         else:
             have_uri = (doc.get("Code") or {}).get("ImageUri")
             resolved = (doc.get("Code") or {}).get("ResolvedImageUri") or ""
-            reason = ""
+            reasons = []
             if have_uri != code.uri:
-                reason = f"image {have_uri} -> {code.uri}"
+                reasons.append(f"image {have_uri} -> {code.uri}")
             elif code.digest and "@" in resolved and resolved.rsplit("@", 1)[1] != code.digest:
-                reason = f"tag now points at {code.digest[:19]}…"
-            if reason:
-                steps.append(Step("function-code", "update", spec.name, reason,
-                                  {"FunctionName": spec.name, "ImageUri": code.uri}))
+                reasons.append(f"tag now points at {code.digest[:19]}…")
+            # The architecture is part of the code: only UpdateFunctionCode changes it.
+            have_arch = (current.get("Architectures") or ["x86_64"])[0]
+            if architecture and have_arch != architecture:
+                reasons.append(f"architecture {have_arch} -> {architecture}")
+            if reasons:
+                params = {"FunctionName": spec.name, "ImageUri": code.uri}
+                if architecture:
+                    params["Architectures"] = [architecture]
+                steps.append(Step("function-code", "update", spec.name, "; ".join(reasons),
+                                  params))
     # -- configuration
     diff = _config_diff(current, want)
     if diff:
@@ -157,7 +164,10 @@ def plan_function(lam: Any, spec: Any, code: ZipCode | ImageCode, role: str, *,
         steps.append(Step("concurrency", "delete", spec.name, f"reserved {have_rc} -> unreserved",
                           {"FunctionName": spec.name}))
     if not steps and not problems:
-        steps.append(Step("function", "noop", spec.name, "up to date"))
+        # An Inactive function (idle for weeks) is reactivated by its next invocation.
+        state = current.get("State", "Active")
+        steps.append(Step("function", "noop", spec.name,
+                          "up to date" + (f" ({state})" if state != "Active" else "")))
     return steps, problems
 
 
