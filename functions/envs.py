@@ -9,6 +9,9 @@ their final observation.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import sysconfig
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -51,11 +54,49 @@ def _import_for(env_id: str) -> str:
     module, _, name = env_id.partition(":")
     if not module or not name:
         raise UnknownEnv(f"malformed env id {env_id!r}: use 'EnvId' or 'package.module:EnvId'")
+    _path_from_environment()
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise UnknownEnv(f"env id {env_id!r}: cannot import module {module!r}: {exc}") from exc
+        raise UnknownEnv(
+            f"env id {env_id!r}: cannot import module {module!r}: {exc} (install its package, "
+            "or put the folder that holds it on PYTHONPATH)") from exc
     return name
+
+
+def _path_from_environment() -> None:
+    """Put this process's ``PYTHONPATH`` entries on ``sys.path``.
+
+    A process started with it has them already; a local-runtime worker forked from the
+    runtime's zygote inherited the zygote's ``sys.path`` and got its function's ``PYTHONPATH``
+    (where a custom env's package lives) only as an environment variable.
+    """
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
+
+
+def custom_env_source(env_id: str) -> str | None:
+    """Where the code that registers a ``package.module:EnvId`` id lives, so the backends ship
+    it with the functions: the folder of its top-level package (or its file, for a top-level
+    module). None for a plain id and for an installed distribution (site-packages, the
+    standard library): the function's image must carry those, like gymnasium itself.
+    Raises :class:`UnknownEnv` if the module cannot be imported."""
+    if ":" not in env_id:
+        return None
+    _import_for(env_id)
+    top = importlib.import_module(env_id.partition(":")[0].split(".")[0])
+    origin = getattr(top, "__file__", None)
+    if origin is None:  # a namespace package: no single folder to ship
+        raise UnknownEnv(f"env id {env_id!r}: {top.__name__!r} is a namespace package; give "
+                         "it an __init__.py so it can be shipped with the functions")
+    source = os.path.dirname(origin) if os.path.basename(origin) == "__init__.py" else origin
+    source = os.path.realpath(source)
+    installed = {os.path.realpath(p) for key in ("purelib", "platlib", "stdlib", "platstdlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    if any(source == p or source.startswith(p + os.sep) for p in installed):
+        return None
+    return source
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:

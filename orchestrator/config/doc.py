@@ -29,7 +29,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "Functions and their store": ("device", "actor_memory_mb", "learner_memory_mb",
                                   "function_timeout_s", "max_retries", "redis_url",
                                   "function_redis_url", "preflight", "endpoint_url", "region",
-                                  "function_prefix", "ray_address"),
+                                  "function_prefix", "ray_address", "learner_gpus"),
     "Scaling and budget": ("autoscale", "max_actors", "budget_usd", "redis_host", "prices"),
     "Observability and checkpoints": ("eval_interval_s", "eval_episodes",
                                       "checkpoint_interval_s", "keep_checkpoints",

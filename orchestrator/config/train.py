@@ -85,7 +85,12 @@ class TrainConfig(BaseModel):
     region: str = Field("us-east-1", description="AWS region of the lambda backend.")
     function_prefix: str = Field(
         "stellaris", description="Prefix of the deployed functions' names.")
-    ray_address: str | None = Field(None, description="Ray cluster address (unset: a local Ray).")
+    ray_address: str | None = Field(
+        None, description="Ray cluster address (unset: $RAY_ADDRESS, as in a Ray Job, else a "
+        "local Ray).")
+    learner_gpus: float | None = Field(
+        None, ge=0, description="GPUs a learner task asks Ray for (unset: 1 if the cluster has "
+        "a GPU; 0.25: four learners share one).")
 
     # -- scaling and budget ---------------------------------------------------------------
     autoscale: bool = Field(
@@ -128,6 +133,15 @@ class TrainConfig(BaseModel):
     def _init_from_exists(self) -> TrainConfig:
         if self.init_from is not None and not Path(self.init_from).is_file():
             raise ValueError(f"init_from: no checkpoint file at {self.init_from}")
+        return self
+
+    @model_validator(mode="after")
+    def _gpu_share_ray_accepts(self) -> TrainConfig:
+        # Ray takes a fraction of one GPU or whole GPUs, nothing in between.
+        share = self.learner_gpus
+        if share is not None and share > 1 and share != int(share):
+            raise ValueError(f"learner_gpus = {share}: give a share of one GPU (<= 1) or a "
+                             "whole number of GPUs")
         return self
 
     @model_validator(mode="after")
