@@ -1,0 +1,216 @@
+"""How far one orchestrator and one Redis carry: the capacity benchmark.
+
+    python benchmarks/capacity.py                          # the sweep, records under records/capacity
+    python benchmarks/capacity.py --actors 16 64 --policies 64 --window-s 10 --no-record
+    python benchmarks/capacity.py --backend ray --ray-address ray://head:10001 --function-redis-url redis://...
+    python benchmarks/capacity.py --backend lambda --region us-east-1 --function-redis-url redis://...
+
+Drives the real orchestrator (its own process, the real ``stellaris train``), the real store
+and a real ``redis-server`` with synthetic functions (benchmarks/synthetic_functions.py) that
+do no RL work but send and receive the real messages at the real sizes: rollouts of 8 x 256
+Hopper steps, parameter reads of a 64x64 or 256x256 policy, per-minibatch gradients of one to
+eight learners, with a real platform's invoke latency emulated. Per point it measures rollouts,
+gradients and parameter reads per second, the CPU of the orchestrator's process, of Redis and
+of the function host (each its own), Redis's network bytes and the latency percentiles of every
+store operation the functions make; then, per policy, a linear fit of the orchestrator's CPU
+against its rollouts/s gives the actor count at which it would reach 70% of a core (see
+docs/scale.md). Records: one per invocation, ``benchmarks/records/capacity/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.capacity_run import ROLLOUT_ENV_STEPS, Point, run_point  # noqa: E402
+from benchmarks.records import command_line, write_record  # noqa: E402
+from store import EmbeddedRedis  # noqa: E402
+
+CPU_LIMIT = 0.70  # of one core: above it the orchestrator, not the functions, sets the pace
+USE_MIN = 0.90  # actors busy / asked: below it the actors wait for something
+
+
+def points(a: argparse.Namespace) -> list[Point]:
+    """The actor sweep per policy (at ``--learners``), then the learner sweep (at
+    ``--learner-sweep-actors``), without repeating a point."""
+    common = dict(latency_ms=a.invoke_latency_ms, latency_sigma=a.invoke_latency_sigma,
+                  window_s=a.window_s, warmup_s=a.warmup_s, backend=a.backend,
+                  env_steps_per_s=a.env_steps_per_s, minibatch_ms=a.minibatch_ms,
+                  ray_address=a.ray_address, region=a.region, prefix=a.function_prefix,
+                  function_redis_url=a.function_redis_url, extra_set=a.set)
+    out: list[Point] = []
+    seen: set[tuple[int, int, int]] = set()
+    for hidden in a.policies:
+        wanted = [(n, a.learners) for n in a.actors]
+        wanted += [(a.learner_sweep_actors, m) for m in a.learner_sweep]
+        for actors, learners in wanted:
+            if (hidden, actors, learners) not in seen:
+                seen.add((hidden, actors, learners))
+                out.append(Point(hidden, actors, learners, **common))  # type: ignore[arg-type]
+    return out
+
+
+def fit(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Least squares ``orch_cpu = a + b * rollouts_s`` over points (None under two)."""
+    xs = [r["rollouts_s"] for r in rows]
+    ys = [r["orch_cpu"] for r in rows]
+    if len(xs) < 2 or max(xs) - min(xs) <= 0:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / \
+        sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def capacity(rows: list[dict[str, Any]], learners: int) -> dict[str, dict[str, Any]]:
+    """Per policy: the measured limit (the most actors swept with the orchestrator under 70%
+    of a core and the actors busy) and the modelled one (the fit, at one actor's rollout rate
+    when nothing waits: the mean actor invocation of the smallest point)."""
+    out: dict[str, dict[str, Any]] = {}
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        sweep = sorted((r for r in rows if r["policy"] == policy and r["learners"] == learners),
+                       key=lambda r: r["actors"])
+        if not sweep:
+            continue
+        ok = [r["actors"] for r in sweep
+              if r["orch_cpu"] < CPU_LIMIT and (r["actor_use"] or 0) >= USE_MIN]
+        line = fit(sweep)
+        per_actor = 1e3 / sweep[0]["mean_actor_ms"] if sweep[0].get("mean_actor_ms") else None
+        model = None
+        if line and per_actor and line[1] > 0:
+            model = int((CPU_LIMIT - line[0]) / (line[1] * per_actor))
+        out[policy] = {
+            "measured_actors": max(ok) if ok else 0,
+            "model_actors": model,
+            "cpu_fixed": line[0] if line else None,
+            "cpu_ms_per_rollout": line[1] * 1e3 if line else None,
+            "rollouts_s_per_actor": per_actor,
+            "env_steps_s_at_model": (model * per_actor * ROLLOUT_ENV_STEPS
+                                     if model and per_actor else None),
+        }
+    return out
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policies", type=int, nargs="+", default=[64, 256], metavar="WIDTH",
+                   help="hidden widths of the two-layer policies (default 64 256)")
+    p.add_argument("--actors", type=int, nargs="+", default=[16, 64, 128, 256],
+                   metavar="N", help="actor counts of the actor sweep")
+    p.add_argument("--learners", type=int, default=4,
+                   help="learners in flight during the actor sweep (default 4)")
+    p.add_argument("--learner-sweep", type=int, nargs="*", default=[1, 8], metavar="M",
+                   help="learner counts of the learner sweep (default 1 8; none: skip it)")
+    p.add_argument("--learner-sweep-actors", type=int, default=64,
+                   help="actors in flight during the learner sweep (default 64)")
+    p.add_argument("--invoke-latency-ms", type=float, default=50.0,
+                   help="emulated median invoke latency, ms (default 50; emulated backend)")
+    p.add_argument("--invoke-latency-sigma", type=float, default=0.0,
+                   help="log-normal spread of the invoke latency (default 0: fixed)")
+    p.add_argument("--env-steps-per-s", type=float, default=6471.0,
+                   help="one synthetic actor's sampling speed (default 6471: one 8-env Hopper "
+                   "actor on one core)")
+    p.add_argument("--minibatch-ms", type=float, default=1.0,
+                   help="one synthetic learner minibatch's compute, ms (default 1)")
+    p.add_argument("--window-s", type=float, default=15.0,
+                   help="measured seconds per point (default 15)")
+    p.add_argument("--warmup-s", type=float, default=4.0,
+                   help="seconds after the first rollout before the window (default 4)")
+    p.add_argument("--backend", choices=["emulated", "lambda", "ray"], default="emulated",
+                   help="emulated: the capacity host on this machine; lambda: AWS (functions "
+                   "deployed with benchmarks/capacity_backends.py deploy); ray: a Ray cluster")
+    p.add_argument("--ray-address", help="Ray cluster address (ray backend; unset: a local Ray)")
+    p.add_argument("--region", default="us-east-1", help="AWS region (lambda backend)")
+    p.add_argument("--function-prefix", default="cap",
+                   help="prefix of the synthetic functions' names (default cap)")
+    p.add_argument("--redis-url", help="an existing Redis (unset: an embedded redis-server; "
+                   "its CPU is measured only when it is on this machine)")
+    p.add_argument("--function-redis-url", help="Redis URL as the functions see it (AWS, Ray)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="more config fields for the orchestrator, as stellaris train --set")
+    p.add_argument("--out", default="benchmarks/out/capacity",
+                   help="folder for the orchestrators' run folders and logs")
+    p.add_argument("--records", help="records dir (default benchmarks/records)")
+    p.add_argument("--no-record", action="store_true", help="print the rows, write no record")
+    p.add_argument("--dump", type=Path, help="also write every point's full result (row, op "
+                   "latencies, Redis commands) to this JSON file")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    out_dir = REPO / a.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    redis = None if a.redis_url else EmbeddedRedis(maxmemory="6gb").start()
+    try:
+        url = a.redis_url or redis.url  # type: ignore[union-attr]
+        pid = redis.process.pid if redis and redis.process else _local_redis_pid(url)
+        for p in points(a):
+            t0 = time.monotonic()
+            res = run_point(p, url, pid, out_dir)
+            results.append(res)
+            r = res["row"]
+            print(f"{p.policy} actors={p.actors} learners={p.learners}: "
+                  f"{r['rollouts_s']:.0f} rollouts/s, {r['gradients_s']:.0f} grads/s, "
+                  f"orchestrator {r['orch_cpu']:.0%}, redis {r['redis_cpu']:.0%}, "
+                  f"actors busy {r['actor_use'] or 0:.0%} ({time.monotonic() - t0:.0f} s)",
+                  flush=True)
+    finally:
+        if redis is not None:
+            redis.close()
+    if a.dump:
+        a.dump.write_text(json.dumps(results, indent=1))
+    rows = [r["row"] for r in results]
+    cap = capacity(rows, a.learners)
+    print(json.dumps(cap, indent=1))
+    if not a.no_record:
+        path = write_record(
+            "capacity", command_line("benchmarks/capacity.py", argv),
+            {"backend": a.backend, "latency_ms": a.invoke_latency_ms,
+             "env_steps_per_s_per_actor": a.env_steps_per_s, "minibatch_ms": a.minibatch_ms,
+             "window_s": a.window_s},
+            {"capacity": cap}, path="aggregation (1-8 learners)", rows=rows,
+            records=a.records,
+            extra={"title": f"Capacity, {a.backend} functions, {a.invoke_latency_ms:g} ms invoke "
+                            "latency",
+                   "legend": LEGEND,
+                   "latency": [{"policy": r["point"]["hidden"], "actors": r["point"]["actors"],
+                                "learners": r["point"]["learners"], "ops": r["latency"],
+                                "redis_commands": r["redis_commands"]} for r in results]})
+        print(f"wrote {path}")
+    return 0
+
+
+def _local_redis_pid(url: str) -> int | None:
+    """The pid of the redis-server serving ``url`` when it runs on this machine (None:
+    elsewhere, its CPU is not measured here)."""
+    from urllib.parse import urlparse
+
+    from redis import Redis
+
+    if urlparse(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return int(Redis.from_url(url).info("server")["process_id"])
+
+
+LEGEND = (
+    "Each row: one point measured for its window after a warm-up. Rates per second; "
+    "`orch_cpu`, `redis_cpu`, `host_cpu`: cores used by the orchestrator's process, "
+    "redis-server and the synthetic functions' host; `machine_cores`: the whole machine's "
+    "(2 cores); `actor_use`: actor invocations in flight (their durations summed over the "
+    "window, latency included) over the actors asked for; `param_reads_s`: policy blobs "
+    "transferred, `param_polls_s`: version checks that transferred none. Store-operation "
+    "latency percentiles per point are in the record's `latency` field.")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
