@@ -139,6 +139,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="benchmarks/out/capacity",
                    help="folder for the orchestrators' run folders and logs")
     p.add_argument("--records", help="records dir (default benchmarks/records)")
+    p.add_argument("--label", default="",
+                   help="words added to the record's title (e.g. what changed since the last)")
     p.add_argument("--no-record", action="store_true", help="print the rows, write no record")
     p.add_argument("--dump", type=Path, help="also write every point's full result (row, op "
                    "latencies, Redis commands) to this JSON file")
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             {"capacity": cap}, path="aggregation (1-8 learners)", rows=rows,
             records=a.records,
             extra={"title": f"Capacity, {a.backend} functions, {a.invoke_latency_ms:g} ms invoke "
-                            "latency",
+                            f"latency{', ' + a.label if a.label else ''}",
                    "legend": LEGEND,
                    "latency": [{"policy": r["point"]["hidden"], "actors": r["point"]["actors"],
                                 "learners": r["point"]["learners"], "ops": r["latency"],

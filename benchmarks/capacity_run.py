@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import subprocess
@@ -62,10 +61,11 @@ class Point:
 
     @property
     def learner_batch_steps(self) -> int:
-        """Room for four rollouts of every actor under the async backpressure (learners x
-        batch): the actors stay in flight while the learners take their batches (a learner
-        streams its 320 gradients one round trip each)."""
-        return math.ceil(4 * self.actors / self.learners) * ROLLOUT_ENV_STEPS
+        """Room for four rollouts of every actor under the async backpressure, so the actors
+        stay in flight while the learners take their batches (a learner streams its gradients
+        one round trip each): a round of ``4 x actors`` rollouts, shared by the learners or a
+        whole one each — either way ``epochs x minibatches`` gradients per round."""
+        return 4 * self.actors * ROLLOUT_ENV_STEPS
 
 
 def train_args(p: Point, redis_url: str, run_dir: Path, run_id: str,
