@@ -2,6 +2,7 @@
 
     stellaris deploy --target aws --region us-east-1 --image-uri <acct>.dkr.ecr.<r>.amazonaws.com/stellaris:1 \\
         --redis-url redis://my-cache:6379/0 [--role ARN] [--dry-run] [--json]
+    stellaris deploy --target aws --export DIR [--image-uri URI] (a CloudFormation template, offline)
     stellaris deploy --target local --endpoint-url http://127.0.0.1:9000 [--redis-url URL]
     stellaris destroy --target aws|local [--all]
     stellaris up                              (redis + local runtime + functions, until Ctrl-C)
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -27,6 +29,7 @@ from deploy.aws_plan import AwsSettings, parse_image_uri, plan_aws
 from deploy.destroy import plan_destroy
 from deploy.errors import DeployError, EndpointUnreachable, MissingImage
 from deploy.execute import execute
+from deploy.export import write_export
 from deploy.function_plan import plan_local
 from deploy.functions import HANDLERS, LOCAL_ROLE, function_specs
 from deploy.package import build_function_zip
@@ -77,17 +80,25 @@ def deploy_parser() -> argparse.ArgumentParser:
                                        "Redis reachable from Lambda, e.g. ElastiCache in the VPC")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="more function environment variables")
-    p.add_argument("--actor-memory-mb", type=int, default=1769)
-    p.add_argument("--learner-memory-mb", type=int, default=1769)
-    p.add_argument("--evaluator-memory-mb", type=int, default=None)
-    p.add_argument("--timeout-s", type=int, default=300)
+    p.add_argument("--actor-memory-mb", type=int, default=1769,
+                   help="actor function memory, MB (default 1769: one vCPU on Lambda)")
+    p.add_argument("--learner-memory-mb", type=int, default=1769,
+                   help="learner function memory, MB (default 1769)")
+    p.add_argument("--evaluator-memory-mb", type=int, default=None,
+                   help="evaluator function memory, MB (default: the actor's)")
+    p.add_argument("--timeout-s", type=int, default=300, help="function timeout, s (default 300)")
     p.add_argument("--reserved", action="append", default=[], metavar="FUNCTION=N",
                    help="reserved concurrency, e.g. --reserved actor=64")
     p.add_argument("--subnet-ids", help="VPC subnets (comma-separated) so functions reach ElastiCache")
     p.add_argument("--security-group-ids", help="VPC security groups (comma-separated)")
-    p.add_argument("--architecture", choices=["x86_64", "arm64"], default=None)
+    p.add_argument("--architecture", choices=["x86_64", "arm64"], default=None,
+                   help="the image's architecture (default: Lambda's, x86_64)")
     p.add_argument("--repository-only", action="store_true",
                    help="only ensure the ECR repository (before the first docker push)")
+    p.add_argument("--export", metavar="DIR",
+                   help="aws target: write a CloudFormation template of everything a run needs "
+                        "(functions, role, logs, security groups, ElastiCache) with its "
+                        "parameters and README into DIR, offline; deploys nothing")
     return p
 
 
@@ -159,6 +170,8 @@ def cmd_deploy(argv: list[str]) -> int:
     specs = function_specs(args.prefix, args.actor_memory_mb, args.learner_memory_mb, args.timeout_s,
                            env, evaluator_memory_mb=args.evaluator_memory_mb,
                            reserved_concurrency=reserved)
+    if args.export:
+        return _export(args, specs)
     endpoint = _endpoint(args)
     clients = make_clients(args.target, args.region, endpoint)
     if args.target == "local":
@@ -182,6 +195,28 @@ def cmd_deploy(argv: list[str]) -> int:
                            repository_only=args.repository_only)
     plan = plan_aws(clients, settings, _region_of(clients))
     return _finish(plan, args, clients)
+
+
+def _export(args: argparse.Namespace, specs: list[Any]) -> int:
+    """The template and its companions, from the specs alone: no credentials, no calls."""
+    import boto3
+
+    if args.target != "aws":
+        raise DeployError("--export writes the AWS template: add --target aws")
+    if args.security_group_ids:
+        raise DeployError("--export creates the security groups: drop --security-group-ids")
+    if args.image_uri:
+        parse_image_uri(args.image_uri)
+    partition = boto3.session.Session().get_partition_for_region(args.region or "us-east-1")
+    written = write_export(Path(args.export), specs, image_uri=args.image_uri,
+                           architecture=args.architecture, redis_url=args.redis_url,
+                           subnet_ids=_csv(args.subnet_ids) or None, partition=partition)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: aws cloudformation deploy --template-file {Path(args.export) / 'template.json'} "
+          f"--stack-name {args.prefix} --capabilities CAPABILITY_IAM --parameter-overrides ... "
+          f"(see {Path(args.export) / 'README.md'})")
+    return 0
 
 
 def cmd_destroy(argv: list[str]) -> int:

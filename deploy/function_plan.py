@@ -77,6 +77,22 @@ def _config_diff(current: dict[str, Any], want: dict[str, Any]) -> list[str]:
     return diff
 
 
+def create_params(spec: Any, code: ZipCode | ImageCode, role: str, *,
+                  vpc: dict[str, list[str]] | None = None, architecture: str | None = None,
+                  managed_tags: bool = False) -> dict[str, Any]:
+    """The CreateFunction call for ``spec`` (deploy/export.py writes the template from it)."""
+    params: dict[str, Any] = {"FunctionName": spec.name, **_function_config(spec, code, role, vpc)}
+    if isinstance(code, ZipCode):
+        params.update(Code={"ZipFile": code.data}, PackageType="Zip")
+    else:
+        params.update(Code={"ImageUri": code.uri}, PackageType="Image")
+    if architecture:
+        params["Architectures"] = [architecture]
+    if managed_tags:
+        params["Tags"] = {MANAGED_TAG[0]: MANAGED_TAG[1]}
+    return params
+
+
 def plan_function(lam: Any, spec: Any, code: ZipCode | ImageCode, role: str, *,
                   managed_tags: bool, vpc: dict[str, list[str]] | None = None,
                   architecture: str | None = None) -> tuple[list[Step], list[str]]:
@@ -90,17 +106,9 @@ def plan_function(lam: Any, spec: Any, code: ZipCode | ImageCode, role: str, *,
         doc = None
     steps: list[Step] = []
     if doc is None:
-        params: dict[str, Any] = {"FunctionName": spec.name, **want}
-        if isinstance(code, ZipCode):
-            params.update(Code={"ZipFile": code.data}, PackageType="Zip")
-            what = f"zip {code.sha256[:12]}…"
-        else:
-            params.update(Code={"ImageUri": code.uri}, PackageType="Image")
-            what = code.uri
-        if architecture:
-            params["Architectures"] = [architecture]
-        if managed_tags:
-            params["Tags"] = {MANAGED_TAG[0]: MANAGED_TAG[1]}
+        params = create_params(spec, code, role, vpc=vpc, architecture=architecture,
+                               managed_tags=managed_tags)
+        what = f"zip {code.sha256[:12]}…" if isinstance(code, ZipCode) else code.uri
         steps.append(Step("function", "create", spec.name,
                           f"{what}, {spec.memory_mb} MB, {spec.timeout_s} s", params))
         if spec.reserved_concurrency is not None:
