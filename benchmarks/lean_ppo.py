@@ -10,6 +10,12 @@ update-mode learner), the same ``ActorCritic`` and ``RunningMeanStd`` and ``PPOH
 defaults. So any difference to Stellaris is system, not maths.
 
     python benchmarks/lean_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/lean
+    python benchmarks/lean_ppo.py --two-core --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/lean2
+
+``--two-core`` (``lean2``): the same PPO update, with sampling in a second process
+(:mod:`benchmarks.lean_sampler`) overlapped with learning, one rollout ahead at most — the
+one-core ``--lag 1`` pipeline on two cores, so what overlap buys is measured at equal cores.
+The clock starts at the process's start (:mod:`benchmarks._common`), compilation included.
 
 Writes ``metrics.csv`` / ``config.json`` / ``summary.json`` like ``stellaris train``; cost is
 serverful (one 2-vCPU instance for the whole wall time).
@@ -35,6 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks._common import RunLog  # noqa: E402
+from benchmarks.lean_sampler import RemoteSampler  # noqa: E402
 from functions.actor import rollout  # noqa: E402
 from functions.adam import ADAM_EPS, FlatAdam  # noqa: E402
 from functions.batch import Flat, build_batch, explained_variance, group_rollouts  # noqa: E402
@@ -61,7 +68,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           log_interval_s: float = 2.0, lag: int = 0, grad_delay: int = 0,
           adam_beta1: float = 0.9, compile: bool = True, publish_epoch: int | None = None,
           stop_at_return: float | None = None,
-          init_from: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+          init_from: str | os.PathLike[str] | None = None,
+          two_core: bool = False) -> dict[str, Any]:
     """Train for ``minutes`` of wall clock (and/or ``total_steps``); returns the summary.
 
     ``lag`` emulates a pipeline in one process: each PPO update learns from the rollout
@@ -81,6 +89,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         raise ValueError("give a budget: minutes or total_steps")
     if publish_epoch is not None and lag:
         raise ValueError("publish_epoch is a lag of its own: use it with lag=0")
+    if two_core and (lag or grad_delay or publish_epoch is not None):
+        raise ValueError("two_core is a pipeline of its own: no lag, grad_delay or publish_epoch")
     hyper = hyper or PPOHyper()
     spec = spec or PolicySpec()
     torch.set_num_threads(1)
@@ -89,14 +99,16 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     t_setup = time.perf_counter()
     if compile:
-        # Start-up, outside the clock as for Stellaris, whose runtime's zygote has imported
-        # these (torch's compiler stack among them) before any function starts: ~2 s that
-        # neither system's clock counts. The same list, so the two cannot drift apart.
+        # The modules Stellaris' runtime zygote imports (torch's compiler stack among them),
+        # the same list so the two cannot drift apart; on the clock, which starts at the
+        # process's start for every system.
         for module in DEFAULT_PRELOAD:
             importlib.import_module(module)
     model, _ = init_policy(env_id, spec, seed)
     adam = FlatAdam(model, lr=hyper.learning_rate, eps=ADAM_EPS, betas=(adam_beta1, 0.999))
-    wenv = WarmEnv(env_id, n_envs, seed)
+    # two_core: the envs live in the sampler process, started now so its start-up overlaps ours
+    remote = RemoteSampler(env_id, n_envs, rollout_steps, seed, hyper.gamma) if two_core else None
+    wenv = None if two_core else WarmEnv(env_id, n_envs, seed)
     obs_rms, ret_rms = RunningMeanStd((model.obs_dim,)), RunningMeanStd(())
     if init_from is not None:
         tensors, _ = decode(Path(init_from).read_bytes())
@@ -107,15 +119,15 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     pol = CachedPolicy(0, model, obs_rms, ret_rms, {})
     gen = torch.Generator()
     gen.manual_seed(seed)
-    setup_s = time.perf_counter() - t_setup
+    setup_s = time.perf_counter() - t_setup  # (the imports before it are on the clock too)
 
-    config = {"system": "lean", "env": env_id, "seed": seed, "minutes": minutes,
+    config = {"system": "lean2" if two_core else "lean", "env": env_id, "seed": seed, "minutes": minutes,
               "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
               "hyper": hyper.model_dump(), "policy": spec.model_dump(), "mode": "lean",
               "lag": lag, "grad_delay": grad_delay, "adam_beta1": adam_beta1,
               "publish_epoch": publish_epoch,
               "compile": compile, "backend": "single-process", "stop_at_return": stop_at_return,
-              "init_from": None if init_from is None else str(init_from)}
+              "init_from": None if init_from is None else str(init_from), "two_core": two_core}
     log = RunLog(out_dir, config, log_interval_s, stop_at_return=stop_at_return)
     budget_s = minutes * 60 if minutes is not None else float("inf")
     t_sample = t_learn = 0.0
@@ -129,6 +141,9 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         sampler = CachedPolicy(0, copy.deepcopy(model), pol.obs_rms, pol.ret_rms, {})
         sample_flat, _ = flatten_parameters(sampler.model)
 
+    if remote is not None:
+        remote.publish(pol.version, model, pol.obs_rms, pol.ret_rms)
+
     def publish(epoch: int) -> None:  # the actors' next rollout starts from here
         if epoch == publish_epoch:
             with torch.no_grad():
@@ -140,7 +155,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         t0 = time.perf_counter()
         ev = ActorEvent(run_id="lean", env_id=env_id, n_envs=n_envs, steps=rollout_steps,
                         seed=seed, gamma=hyper.gamma, invocation_id=f"lean-{it}")
-        traj = rollout(wenv, sampler, ev)
+        traj = remote.next_rollout() if remote is not None else rollout(wenv, sampler, ev)
         # The rollout was sampled with the current statistics; fold its own into the next
         # version's (as the orchestrator does with an actor's report).
         for rms, st in ((pol.obs_rms, traj.obs_stats), (pol.ret_rms, traj.ret_stats)):
@@ -163,6 +178,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                         publish if publish_epoch is not None else None)
         pol.version += 1
         log.version = pol.version
+        if remote is not None:  # the sampler's next rollout but one samples with these
+            remote.publish(pol.version, model, pol.obs_rms, pol.ret_rms)
         if publish_epoch is not None and publish_epoch >= stats["losses/update_epochs"]:
             publish(publish_epoch)  # not reached: published after the whole update, no lag
         stats["charts/learning_rate"] = adam.lr
@@ -170,9 +187,13 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         t_sample += t1 - t0
         t_learn += t2 - t1
         log.row(stats)
-    wenv.close()
+    if remote is not None:
+        remote.close()
+    else:
+        wenv.close()
     return log.close({
-        "mode": "lean", "backend": "single-process", "env": env_id, "setup_s": setup_s,
+        "mode": "lean", "backend": "two-process" if two_core else "single-process",
+        "env": env_id, "setup_s": setup_s,
         "timings": {"sample_s": t_sample, "learn_s": t_learn},
     })
 
@@ -256,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-at-return", type=float,
                    help="also stop once a logged mean return (last 100 episodes) reaches this")
     p.add_argument("--init-from", help="start from this Stellaris checkpoint file")
+    p.add_argument("--two-core", action="store_true",
+                   help="lean2: sample in a second process, overlapped with learning (one "
+                   "rollout of lag at most)")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
@@ -264,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
               _hyper(a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
               compile=not a.no_compile, publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return,
-              init_from=a.init_from)
-    print(f"lean PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
+              init_from=a.init_from, two_core=a.two_core)
+    print(f"lean PPO{' (two cores)' if a.two_core else ''} {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f}")
     return 0
 
