@@ -9,8 +9,10 @@ at a time (never two runs at once: they share the cores), in these variants:
 - ``no-weights``: ``--no-staleness-weights`` (every gradient weight 1);
 - ``no-bound``: ``--no-bound-decay`` (beta stays delta_max);
 - ``naive``: none of the three (plain asynchronous gradients);
-- ``sync``: our sync PPO at the same batch (16 actors x 1 env x 128 steps = 2,048 a round);
-- ``full-h1`` (a diagnostic, run only when named): full with ``--buffer-max 1``.
+- ``sync``: our sync PPO at the same batch (16 actors x 1 env x 256 steps = 4,096 a round, 64
+  minibatches of 64);
+- diagnostics, run only when named: ``full-h1`` (full with ``--buffer-max 1``) and
+  ``whole-batch`` (each learner a whole 2,048-step batch instead of a quarter of the round's).
 
 On a small machine wall-clock is not the paper's, but staleness in versions is set by how many
 learners and actors are in flight, so the measure is the return per env step: the mean return
@@ -51,12 +53,16 @@ VARIANTS: dict[str, list[str]] = {
     "no-weights": ["--no-staleness-weights"],
     "no-bound": ["--no-bound-decay"],
     "naive": ["--is-correction", "none", "--no-staleness-weights", "--no-bound-decay"],
-    "sync": ["--mode", "sync", "--rollout-steps", "128"],
+    "sync": ["--mode", "sync"],
 }
 PAPER_VARIANTS = list(VARIANTS)
 # Diagnostics, run only when named: full with every gradient its own Adam step (H_max = 1), to
 # see what averaging the buffered gradients into one step costs per env step.
 VARIANTS["full-h1"] = ["--buffer-max", "1"]
+# ... and each learner a whole batch of its own (2,048 steps, 32 minibatches), the shape before
+# the learners shared a round's batch (docs/decisions.md#share-batch).
+VARIANTS["whole-batch"] = ["--set", "aggregation.share_batch=false", "--learner-batch-steps",
+                           "2048", "--set", "hyper.num_minibatches=32"]
 ENVS = ["Hopper-v5", "Walker2d-v5", "Humanoid-v5"]  # the demo's three
 KIND = "ablation"
 

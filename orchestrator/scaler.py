@@ -25,7 +25,7 @@ class ActorScaler:
         now = time.monotonic()
         if now - self._last >= self.period_s:
             self._last = now
-            batch = self.cfg.learner_batch_steps
+            batch = self.cfg.learner_job_steps
             if backlog_steps < batch and learners_busy < self.cfg.learners:
                 self.current = min(self.cfg.max_actors, self.current + 1)  # learners starve
             elif backlog_steps > 2 * batch * self.cfg.learners:

@@ -31,6 +31,10 @@ class AggregationConfig(BaseModel):
         2.0, gt=0, description="Aggregate whatever is buffered after waiting this long.")
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this.")
+    share_batch: bool = Field(
+        True, description="The learners in flight share one round's batch (learner_batch_steps"
+        ", 1/learners each, same minibatch size) instead of a whole batch each "
+        "(decisions.md#share-batch).")
 
     def h_max(self, learners: int) -> int:
         """H_max resolved: ``buffer_max``, else one gradient per learner in flight."""

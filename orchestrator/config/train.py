@@ -236,10 +236,28 @@ class TrainConfig(BaseModel):
         return self.experimental.actor_nice if self.backend in ("local", "lambda") else 0
 
     @property
+    def learner_job_steps(self) -> int:
+        """Env steps one async learner invocation takes. Several aggregated learners share a
+        round's ``learner_batch_steps`` (``aggregation.share_batch``), in whole rollouts: a
+        whole batch each would let the policy move ``learners`` rounds while each batch is
+        learned, and its data wait as long (decisions.md#share-batch)."""
+        if self.publishing_learner or self.learners == 1 or not self.aggregation.share_batch:
+            return self.learner_batch_steps
+        rollouts = math.ceil(self.learner_batch_steps / self.learners / self.rollout_env_steps)
+        return max(1, rollouts) * self.rollout_env_steps
+
+    @property
+    def learner_job_minibatches(self) -> int:
+        """``num_minibatches`` of one learner invocation: the round's minibatch size kept."""
+        share = self.learner_job_steps / self.learner_batch_steps
+        return max(1, round(self.hyper.num_minibatches * share))
+
+    @property
     def steps_ahead(self) -> int:
         """Async backpressure: env steps sampled or waiting at most, what the learners take
-        next (one batch per learner); rolling out further only makes the data staler."""
-        return self.learner_batch_steps * self.learners
+        next (one invocation's batch per learner); rolling out further only makes the data
+        staler."""
+        return self.learner_job_steps * self.learners
 
     @property
     def actors_fed(self) -> int:
@@ -260,7 +278,7 @@ class TrainConfig(BaseModel):
         fixed = self.experimental.fixed_filler_envs
         return (
             f"{asked} actors asked for, but at most {self.actors_fed} will run at once: the "
-            f"learners take {self.learners} x {self.learner_batch_steps} env steps at a time "
+            f"learners take {self.learners} x {self.learner_job_steps} env steps at a time "
             f"and each rollout is {self.n_envs} envs x {self.rollout_steps} steps"
             f"{' (with a filler: two rollouts a batch)' if self.has_filler else ''}. "
             f"To sample with more actors, make the rollouts smaller (actors x n_envs x "
