@@ -31,6 +31,7 @@ from tenacity import (
     RetryError,
     Retrying,
     retry_if_exception_type,
+    retry_if_not_exception_type,
     stop_after_delay,
     wait_exponential,
 )
@@ -120,12 +121,15 @@ class Store:
             return self._call(fn)
         except MovedError as exc:  # a cluster client follows MOVED: only a plain one sees it
             raise ClusterUrlNeeded(redact(self.url), exc) from None
-        except InvalidResponse as exc:  # something answered, but not in Redis's protocol
+        except (InvalidResponse, redis.AuthenticationError) as exc:
+            # not Redis's protocol, or credentials refused: no retry changes the answer
             raise StoreUnavailable(redact(self.url), exc) from exc
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         try:  # fast path: no retry machinery on the (overwhelmingly common) first success
             return fn(self.redis)
+        except redis.AuthenticationError:
+            raise
         except _TRANSIENT as exc:
             if self.retry_seconds <= 0:  # one attempt (a probe wants the first error)
                 raise StoreUnavailable(redact(self.url), exc) from exc
@@ -133,7 +137,8 @@ class Store:
             for attempt in Retrying(
                 stop=stop_after_delay(self.retry_seconds),
                 wait=wait_exponential(multiplier=0.02, max=1.0),
-                retry=retry_if_exception_type(_TRANSIENT),
+                retry=retry_if_exception_type(_TRANSIENT)
+                & retry_if_not_exception_type(redis.AuthenticationError),
                 reraise=False,
             ):
                 with attempt:

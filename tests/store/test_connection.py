@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 from store_servers import TlsFront, self_signed_cert
 
 from store import (
@@ -165,3 +166,13 @@ def test_acknowledged_writes_survive_a_crash_with_persistence(tmp_path) -> None:
         assert rs.grads.append({"i": 0}, blob=b"g", dedupe_id="inv:0") is None
     finally:
         server.close()
+
+
+def test_refused_credentials_fail_at_once_not_after_the_retries() -> None:
+    with EmbeddedRedis() as server:
+        redis.Redis(port=server.port).config_set("requirepass", "s3cret")
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="Authentication required"):
+            Store(server.url, retry_seconds=10).ping()
+        assert time.monotonic() - t0 < 2.0
+        assert Store(f"redis://:s3cret@127.0.0.1:{server.port}/0").ping()
