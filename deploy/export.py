@@ -121,7 +121,12 @@ def _network() -> dict[str, Any]:
         "OrchestratorSecurityGroup": {"Type": "AWS::EC2::SecurityGroup", "Properties": {
             "GroupDescription": "Stellaris orchestrator (attach to the instance running "
                                 "stellaris train): reaches Redis and the Lambda API",
-            "VpcId": {"Ref": "VpcId"}, "Tags": _tags()}},
+            "VpcId": {"Ref": "VpcId"},
+            # without ElastiCache, Redis runs on the orchestrator's instance: let functions in
+            "SecurityGroupIngress": {"Fn::If": ["CreateCache", {"Ref": "AWS::NoValue"}, [
+                {**redis_port, "SourceSecurityGroupId": {"Ref": "FunctionSecurityGroup"},
+                 "Description": "functions to the Redis on this instance"}]]},
+            "Tags": _tags()}},
         "CacheSecurityGroup": {"Type": "AWS::EC2::SecurityGroup", "Condition": "CreateCache",
                                "Properties": {
             "GroupDescription": "Stellaris Redis: from the functions and the orchestrator",

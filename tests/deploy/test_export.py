@@ -88,6 +88,10 @@ def test_template_functions_are_deploys_create_calls() -> None:
     assert doc["Resources"]["ActorFunction"]["Properties"]["MemorySize"] == 2048
     egress = doc["Resources"]["FunctionSecurityGroup"]["Properties"]["SecurityGroupEgress"]
     assert [(e["FromPort"], e["ToPort"]) for e in egress] == [(6379, 6379)]  # Redis only
+    # Redis on the orchestrator's instance (RedisUrl set): the functions may reach it there
+    ingress = doc["Resources"]["OrchestratorSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert ingress["Fn::If"][0] == "CreateCache"
+    assert ingress["Fn::If"][2][0]["SourceSecurityGroupId"] == {"Ref": "FunctionSecurityGroup"}
     cache = doc["Resources"]["Cache"]["Properties"]
     assert cache["TransitEncryptionEnabled"] is True and cache["Engine"] == "valkey"
     for spec in specs():
