@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -149,6 +150,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    # a stopped sweep still stops its redis-server and the point's processes (finally blocks)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out_dir = REPO / a.out
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
