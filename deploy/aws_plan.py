@@ -95,9 +95,8 @@ def plan_aws(clients: dict[str, Any], s: AwsSettings, region: str | None) -> Pla
             name = s.role_name
             try:
                 role = call(iam, "get_role", RoleName=name)["Role"]
-                check_role(iam, role, wanted)
+                plan.steps.append(_own_role(iam, role, wanted, partition, vpc=bool(s.vpc)))
                 role_arn = role["Arn"]
-                plan.steps.append(Step("iam-role", "noop", name, "exists"))
             except ClientError as exc:
                 if error_code(exc) != "NoSuchEntity":
                     raise
@@ -148,6 +147,23 @@ def plan_aws(clients: dict[str, Any], s: AwsSettings, region: str | None) -> Pla
         plan.steps += steps
         plan.problems += problems
     return plan
+
+
+def _own_role(iam: Any, role: dict[str, Any], wanted: list[tuple[str, str]], partition: str,
+              vpc: bool) -> Step:
+    """The role named ``<prefix>-lambda``: when deploy created it (tagged), attach the managed
+    policies it lacks (VPC settings added since); whoever made it, it must then pass the check."""
+    name = role["RoleName"]
+    if MANAGED_TAG_ENTRY in (call(iam, "list_role_tags", RoleName=name).get("Tags") or []):
+        found = call(iam, "list_attached_role_policies", RoleName=name).get("AttachedPolicies", [])
+        attached = {p["PolicyArn"] for p in found}
+        lacking = [arn for arn in managed_policy_arns(partition, vpc) if arn not in attached]
+        if lacking:
+            return Step("iam-role", "update", name,
+                        "attach " + ", ".join(arn.rsplit("/", 1)[1] for arn in lacking),
+                        {"RoleName": name, "AttachPolicies": lacking})
+    check_role(iam, role, wanted)
+    return Step("iam-role", "noop", name, "exists")
 
 
 def _missing_image(uri: str, repo: str) -> str:

@@ -78,6 +78,10 @@ def execute(plan: Plan, clients: dict[str, Any], *, role_retry_s: float = 30.0,
             for arn in attach:
                 call(iam, "attach_role_policy", RoleName=p["RoleName"], PolicyArn=arn)
             created_role = True
+        elif step.kind == "iam-role" and step.action == "update":  # deploy's own role
+            for arn in p["AttachPolicies"]:
+                call(clients["iam"], "attach_role_policy", RoleName=p["RoleName"], PolicyArn=arn)
+            created_role = True  # Lambda may not see the new permissions for seconds either
         elif step.kind == "iam-role" and step.action == "delete":
             iam = clients["iam"]
             for arn in p.pop("DetachPolicies", []):
@@ -95,7 +99,8 @@ def execute(plan: Plan, clients: dict[str, Any], *, role_retry_s: float = 30.0,
         elif step.kind == "function-code":
             _update(clients["lambda"], "update_function_code", p)
         elif step.kind == "function-config":
-            _update(clients["lambda"], "update_function_configuration", p)
+            _update(clients["lambda"], "update_function_configuration", p,
+                    role_retry_s if created_role else 0.0)
         elif step.kind == "concurrency" and step.action == "put":
             call(clients["lambda"], "put_function_concurrency", **p)
         elif step.kind == "concurrency" and step.action == "delete":
@@ -108,12 +113,22 @@ def execute(plan: Plan, clients: dict[str, Any], *, role_retry_s: float = 30.0,
     return done
 
 
-def _update(lam: Any, operation: str, params: dict[str, Any]) -> None:
+def _update(lam: Any, operation: str, params: dict[str, Any], retry_s: float = 0.0) -> None:
+    """One update, once the function has settled; retried while Lambda does not yet see the
+    role's new permissions (a VPC added: ENI rights attached seconds ago)."""
     name = params["FunctionName"]
     wait_settled(lam, name)  # AWS refuses a second update while one is in progress (409)
-    try:
-        call(lam, operation, **params)
-    except ClientError as exc:
-        raise DeployError(f"lambda:{action_name(operation)} {name}: "
-                          f"{error_message(exc)}") from None
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            call(lam, operation, **params)
+            break
+        except ClientError as exc:
+            if error_code(exc) == "InvalidParameterValueException" \
+                    and "execution role" in str(error_message(exc)) \
+                    and time.monotonic() < deadline:
+                time.sleep(2.0)
+                continue
+            raise DeployError(f"lambda:{action_name(operation)} {name}: "
+                              f"{error_message(exc)}") from None
     wait_settled(lam, name)

@@ -126,7 +126,7 @@ def check_role(iam: Any, role: dict[str, Any], wanted: list[tuple[str, str]]) ->
         raise DeployError(f"IAM role {name} does not allow {', '.join(lacking)} (needed by the "
                           "functions; docs/deploy.md#permissions): attach "
                           "AWSLambdaBasicExecutionRole (and AWSLambdaVPCAccessExecutionRole "
-                          "with a VPC) or omit --role")
+                          "in a VPC) or an equivalent policy to it")
 
 
 # What the identity that runs `stellaris deploy`/`destroy` (and pushes the image) calls, by

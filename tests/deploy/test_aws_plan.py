@@ -61,6 +61,7 @@ def push_image(ecr: Any, tag: str = "1", salt: str = "a") -> str:
 
 
 BASIC = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+VPC_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
 
 
 def lambda_role(iam: Any, name: str, managed: list[str], trust: Any = LAMBDA_TRUST_POLICY,
@@ -385,3 +386,22 @@ def test_deployer_policy_is_enough(aws: dict[str, Any], monkeypatch: pytest.Monk
     with enable_iam_authentication():
         assert deploy_cli.main(base) == 3
     assert "permission denied: ecr:DescribeRepositories" in capsys.readouterr().err
+
+
+def test_own_role_gains_the_vpc_policy_when_a_vpc_is_added(aws: dict[str, Any]) -> None:
+    push_image(aws["ecr"])
+    execute(plan_aws(aws, settings(), REGION), aws)  # deploy's role: the basic policy only
+    vpc = {"SubnetIds": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}
+    plan = plan_aws(aws, settings(vpc=vpc), REGION)
+    role = plan.steps[0]
+    assert (role.action, role.kind, role.reason) == (
+        "update", "iam-role", "attach AWSLambdaVPCAccessExecutionRole")
+    execute(plan, aws)
+    attached = aws["iam"].list_attached_role_policies(RoleName="stellaris-lambda")
+    assert len(attached["AttachedPolicies"]) == 2
+    assert plan_aws(aws, settings(vpc=vpc), REGION).is_noop
+    # a role of that name that deploy did not create is checked, never changed
+    aws["iam"].untag_role(RoleName="stellaris-lambda", TagKeys=[MANAGED_TAG[0]])
+    aws["iam"].detach_role_policy(RoleName="stellaris-lambda", PolicyArn=VPC_POLICY)
+    with pytest.raises(DeployError, match="does not allow ec2:CreateNetworkInterface"):
+        plan_aws(aws, settings(vpc=vpc), REGION)
