@@ -6,7 +6,7 @@
     stellaris deploy --target local --endpoint-url http://127.0.0.1:9000 [--redis-url URL]
     stellaris destroy --target aws|local [--all]
     stellaris up                              (redis + local runtime + functions, until Ctrl-C)
-    stellaris redis serve --port 6379         (the compose file's redis service)
+    stellaris redis serve --port 6379         (a redis-server without Docker)
     stellaris redis ping --url redis://127.0.0.1:6379/0   (its health check)
 
 ``argv[0]`` is the subcommand. Exit codes: 0 done, 2 a deploy problem (bad input, missing

@@ -1,5 +1,5 @@
 """Long-running services: ``stellaris up`` (the compose topology as local processes) and
-``stellaris redis serve|ping`` (the compose file's redis service and its health check).
+``stellaris redis serve|ping`` (a redis-server without Docker, and a PING of any Redis).
 
 ``up`` starts redis-server (or uses ``--redis-url``), the local Lambda runtime, deploys the
 functions to it (``deploy --target local``), prints the endpoints and a train command, and
