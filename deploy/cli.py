@@ -7,7 +7,7 @@
     stellaris destroy --target aws|local [--all]
     stellaris up                              (redis + local runtime + functions, until Ctrl-C)
     stellaris redis serve --port 6379         (a redis-server without Docker)
-    stellaris redis ping --url redis://127.0.0.1:6379/0   (its health check)
+    stellaris redis ping --url redis://127.0.0.1:6379/0   (a health check)
 
 ``argv[0]`` is the subcommand. Exit codes: 0 done, 2 a deploy problem (bad input, missing
 role, unmanaged function …), 3 permission denied, 4 endpoint unreachable, 5 missing image.
