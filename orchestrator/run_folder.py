@@ -165,12 +165,18 @@ class S3RunFolder:
         return RunDirError(f"{doing} {where}: {type(exc).__name__}: {exc}")
 
     def _call(self, doing: str, fn: Any, **kwargs: Any) -> Any:
+        from boto3.exceptions import S3TransferFailedError, S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             return fn(**kwargs)
         except (BotoCoreError, ClientError) as exc:
             raise self._explain(exc, doing) from exc
+        except (S3UploadFailedError, S3TransferFailedError) as exc:
+            # the transfer manager wraps the S3 error it met: explain that one
+            cause = exc.__cause__ or exc.__context__
+            raise self._explain(cause if isinstance(cause, ClientError | BotoCoreError) else exc,
+                                doing) from exc
 
     def _list(self) -> dict[str, dict[str, Any]]:
         """The folder's objects: path relative to the prefix -> listing entry."""
@@ -248,7 +254,7 @@ class S3RunFolder:
             try:
                 self.sync()
                 self.last_error = None
-            except RunDirError as exc:  # retried at the next checkpoint and at the end
+            except Exception as exc:  # noqa: BLE001 - never stops training; retried later
                 if str(exc) != self.last_error:
                     print(f"warning: run folder upload failed (retried later): {exc}",
                           file=sys.stderr)

@@ -9,8 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import numpy as np
@@ -105,6 +107,35 @@ def test_a_staging_folder_with_files_s3_lacks_is_set_aside(aws: dict[str, str],
     assert sorted(p.name for p in staging.rglob("*") if p.is_file()) == ["config.json"]
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("staging.unsynced-")]
     assert len(aside) == 1 and (aside[0] / "checkpoints" / "metadata.json").exists()
+
+
+def test_a_failed_upload_is_retried_and_a_failed_last_one_names_the_staging_folder(
+        aws: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s3 = boto3.client("s3")
+    bucket = _bucket("stellaris-flaky")
+    folder = S3RunFolder(S3Location.parse(f"s3://{bucket}/r"), tmp_path / "staging")
+    folder.open()
+    (folder.path / "metrics.csv").write_text("wall_s,env_steps\n")
+    s3.delete_bucket(Bucket=bucket)  # S3 goes away mid-run: the upload fails, training goes on
+
+    def eventually(cond: Any) -> None:
+        deadline = time.monotonic() + 20
+        while not cond():
+            assert time.monotonic() < deadline, "the uploader did not get there"
+            time.sleep(0.05)
+
+    folder.push()
+    eventually(lambda: folder.last_error is not None)
+    assert "does not exist" in str(folder.last_error)
+    s3.create_bucket(Bucket=bucket)  # back: the next checkpoint's push uploads what waited
+    folder.push()
+    eventually(lambda: _keys(bucket, "r") == ["metrics.csv"] and folder.last_error is None)
+    assert "run folder upload failed (retried later)" in capsys.readouterr().err
+    s3.delete_object(Bucket=bucket, Key="r/metrics.csv")
+    s3.delete_bucket(Bucket=bucket)
+    (folder.path / "summary.json").write_text("{}")
+    with pytest.raises(RunDirError, match=f"files are in {folder.path} .*aws s3 sync"):
+        folder.close()
 
 
 @pytest.mark.timeout(240)
