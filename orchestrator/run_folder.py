@@ -180,14 +180,16 @@ class S3RunFolder:
 
     def _list(self) -> dict[str, dict[str, Any]]:
         """The folder's objects: path relative to the prefix -> listing entry."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         out: dict[str, dict[str, Any]] = {}
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.location.bucket, Prefix=self.location.prefix + "/")
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             for page in pages:
                 for obj in page.get("Contents", []):
+                    if obj["Key"].endswith("/"):  # a console's "folder" marker: no file
+                        continue
                     rel = obj["Key"][len(self.location.prefix) + 1:]
                     out[self._safe_rel(rel, obj["Key"])] = obj
         except (BotoCoreError, ClientError) as exc:
@@ -196,7 +198,7 @@ class S3RunFolder:
 
     def _safe_rel(self, rel: str, key: str) -> str:
         parts = PurePosixPath(rel).parts
-        if not rel or rel.endswith("/") or rel.startswith("/") or any(p in (".", "..") for p in parts):
+        if not rel or rel.startswith("/") or any(p in (".", "..") for p in parts):
             raise RunDirError(f"object s3://{self.location.bucket}/{key} would land outside the "
                               "run folder: refusing to download it (remove or rename it)")
         return rel

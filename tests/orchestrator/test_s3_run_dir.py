@@ -107,6 +107,18 @@ def test_a_staging_folder_with_files_s3_lacks_is_set_aside(aws: dict[str, str],
     assert sorted(p.name for p in staging.rglob("*") if p.is_file()) == ["config.json"]
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("staging.unsynced-")]
     assert len(aside) == 1 and (aside[0] / "checkpoints" / "metadata.json").exists()
+    # a console's folder marker is no file; a name that climbs out is refused, not written
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="r/tb/", Body=b"")
+    s3.put_object(Bucket=bucket, Key="r/x/../../outside.txt", Body=b"x")
+    folder = S3RunFolder(S3Location.parse(f"s3://{bucket}/r"), tmp_path / "staging2")
+    with pytest.raises(RunDirError, match="would land outside the run folder"):
+        folder.open()
+    assert not (tmp_path / "outside.txt").exists()
+    s3.delete_object(Bucket=bucket, Key="r/x/../../outside.txt")
+    folder.open()
+    folder.close()
+    assert sorted(p.name for p in folder.path.rglob("*")) == ["config.json"]
 
 
 def test_a_failed_upload_is_retried_and_a_failed_last_one_names_the_staging_folder(
