@@ -4,8 +4,8 @@ address such as ``head:6379``, or ``RAY_ADDRESS`` as set inside a Ray Job and on
 On a cluster the workers get our code through Ray's ``runtime_env``: the ``functions``,
 ``store`` and ``orchestrator`` packages, and the package of a custom env
 (``package.module:EnvId``), are uploaded as ``py_modules`` (the third-party dependencies —
-torch, gymnasium, redis … — must be installed on the nodes, e.g. by running them from
-``deploy/Dockerfile.orchestrator`` or its CUDA variant). Inside a Ray Job the job's own
+torch, gymnasium, redis … — must be installed on the nodes: ``deploy/Dockerfile.orchestrator``
+or its CUDA variant, or ``deploy/k8s/Dockerfile.ray-node`` on KubeRay). Inside a Ray Job the job's own
 ``runtime_env`` wins where both set a field. The learner asks for ``learner_gpus`` of a GPU
 (default: a whole one when the cluster has any, so it lands on a GPU node there; 0.25 lets four
 learners share one); actors and the evaluator ask for one CPU each. The Redis URL in the events
