@@ -53,6 +53,8 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "gpu": ("Learner on a GPU", "benchmarks/gpu_bench.py"),
     "store": ("Store (Redis ParamStore)", "benchmarks/store_bench.py"),
     "runtime": ("Local Lambda runtime", "benchmarks/runtime_bench.py"),
+    "capacity": ("Capacity: what one orchestrator and one Redis carry (docs/scale.md)",
+                 "benchmarks/capacity.py"),
 }
 INTRO = [
     "# Results",
