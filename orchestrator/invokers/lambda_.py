@@ -20,6 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from orchestrator.invokers.base import InvocationResult, Invoker
+from orchestrator.invokers.invoke_http import HttpInvoke, InvokeError, error_of
 
 _BILLED = re.compile(r"Billed Duration: (\d+) ms")
 _INIT = re.compile(r"Init Duration: ([\d.]+) ms")
@@ -28,9 +29,8 @@ _INIT = re.compile(r"Init Duration: ([\d.]+) ms")
 CPU_WAIT_HEADER = "x-stellaris-cpu-wait-ms"
 
 
-def _cpu_wait_ms(resp: dict[str, Any]) -> float | None:
+def _cpu_wait_ms(raw: str | None) -> float | None:
     """The shared-host CPU wait the local runtime reports; ``None`` from AWS (no such wait)."""
-    raw = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(CPU_WAIT_HEADER)
     try:
         return max(0.0, float(raw)) if raw is not None else None
     except ValueError:
@@ -75,6 +75,8 @@ class LambdaInvoker(Invoker):
         self.region = region
         self.timeout_s = timeout_s
         self.client = lambda_client(endpoint_url, region, max_in_flight + 4, timeout_s + 30)
+        # invocations go around boto3's per-call machinery (orchestrator/invokers/invoke_http.py)
+        self.http = HttpInvoke(self.client, max_in_flight + 4, timeout_s + 30)
         self.pool = ThreadPoolExecutor(max_workers=max_in_flight + 2, thread_name_prefix="lambda")
 
     def start(self) -> None:
@@ -99,30 +101,29 @@ class LambdaInvoker(Invoker):
     def _invoke(self, function: str, event: dict[str, Any]) -> InvocationResult:
         t0 = time.perf_counter()
         try:
-            resp = self.client.invoke(
-                FunctionName=self.function_names[function],
-                InvocationType="RequestResponse",
-                LogType="Tail",
-                Payload=json.dumps(event).encode(),
-            )
-            body = resp["Payload"].read()
-        except (ClientError, BotoCoreError) as exc:
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+            resp = self.http.invoke(self.function_names[function], json.dumps(event).encode())
+        except (InvokeError, BotoCoreError) as exc:
+            code = getattr(exc, "code", type(exc).__name__)
             return InvocationResult(function, False, None, code, str(exc),
                                     duration_ms=(time.perf_counter() - t0) * 1e3)
+        if resp.status >= 400:
+            code, message = error_of(resp)
+            return InvocationResult(function, False, None, code, message,
+                                    duration_ms=(time.perf_counter() - t0) * 1e3)
         wall_ms = (time.perf_counter() - t0) * 1e3
+        body = resp.body
         log = ""
-        if resp.get("LogResult"):
-            log = base64.b64decode(resp["LogResult"]).decode(errors="replace")
+        if resp.headers.get("x-amz-log-result"):
+            log = base64.b64decode(resp.headers["x-amz-log-result"]).decode(errors="replace")
         billed = _BILLED.search(log)
         duration_ms = float(billed.group(1)) if billed else wall_ms
         cold = bool(_INIT.search(log))
-        cpu_wait_ms = _cpu_wait_ms(resp)
+        cpu_wait_ms = _cpu_wait_ms(resp.headers.get(CPU_WAIT_HEADER))
         try:
             payload = json.loads(body) if body else None
         except ValueError:
             payload = None
-        if resp.get("FunctionError"):
+        if resp.headers.get("x-amz-function-error"):
             doc = payload if isinstance(payload, dict) else {}
             return InvocationResult(
                 function, False, None, str(doc.get("errorType", "Unhandled")),
@@ -137,4 +138,5 @@ class LambdaInvoker(Invoker):
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.http.http.clear()
         self.client.close()
