@@ -27,7 +27,7 @@ the Stellaris repository.
 | --- | --- |
 | `template.json` | the CloudFormation template |
 | `parameters.json` | its parameters, defaults filled in (`<Name>`: yours to fill) |
-| `deployer-policy.json` | least-privilege IAM policy for whoever runs `stellaris deploy`/`destroy` and pushes the image (not needed for the CloudFormation route) |
+| `deployer-policy.json` | least-privilege IAM policy for whoever runs `stellaris deploy`/`destroy` and pushes the image (the CloudFormation route needs only its ECR part, for the push) |
 
 ## Resources
 
