@@ -1,6 +1,7 @@
-"""RLlib 2.60 PPO (new API stack) with hyper-parameters matched to Stellaris, for a wall budget.
+"""RLlib 2.60 PPO (new API stack) for a wall budget: matched to Stellaris, or with the
+normalisation and KL control a PPO user turns on for MuJoCo (``--norm``).
 
-Matched: 64x64 tanh MLPs, separate actor and critic (``vf_share_layers=False``), a
+Matched (``rllib``): 64x64 tanh MLPs, separate actor and critic (``vf_share_layers=False``), a
 state-independent log-std (``free_log_std=True``), train batch 2048 (``n_envs x rollout``),
 minibatch 64 (2048 / 32), 10 epochs, Adam lr 3e-4, gamma 0.995 (our default), lambda 0.95, clip
 0.2, vf coefficient 0.5, entropy bonus 0.003 (our default), global-norm gradient clip 0.5, no KL
@@ -10,10 +11,20 @@ reward scaling (RLlib has no return normaliser connector), the clipped value los
 (RLlib's ``vf_clip_param`` clips the *loss*; set very large here so the value function can learn
 on unscaled Hopper returns), orthogonal init, and Adam eps 1e-5 (RLlib: 1e-8).
 
+``--norm`` (``rllib-norm``): the matched settings plus reward normalisation, as a few lines of
+env wrapper in the env creator (gymnasium's ``NormalizeReward`` at our gamma, then rewards
+clipped to [-10, 10], CleanRL's and SB3's VecNormalize's recipe), and KL control. RLlib's PPO
+has no KL early stop (CleanRL's ``target_kl``, which ours use: an update ends after the first
+epoch whose KL passes 0.02); its closest is the adaptive KL penalty, so ``use_kl_loss`` with
+``kl_target=0.02`` (our ``target_kl``) and RLlib's default initial ``kl_coeff`` 0.2, which it
+raises when an update's KL overshoots the target. The returns logged are the raw env's, from
+a wrapper below the normaliser, never the normalised rewards RLlib learns from.
+
 2 cores, as an RLlib user would use them: ``num_env_runners=2`` sampling processes with 4 envs
 each (8 envs in all, rollout fragments of 256 steps) and the learner on the driver. Ray runs
-without its dashboard. The budget clock starts at the first ``train()`` call (Ray start-up and
-building the algorithm are reported as ``setup_s``, as Stellaris excludes its runtime start).
+without its dashboard. The budget clock starts at the process's start (:mod:`benchmarks._common`):
+Ray's start-up and building the algorithm count, as every system's start-up does (``setup_s``
+in the summary says how much of it they took).
 
 The return is the mean of the last 100 training episodes, the same statistic as every other
 system's, computed here from each episode's return. Not RLlib's ``episode_return_mean``: in
@@ -23,6 +34,9 @@ reaches a target on a lucky iteration. It is kept beside ours, per iteration, in
 folder's ``rllib_returns.csv`` (column ``rllib_episode_return_mean``).
 
     python benchmarks/rllib_ppo.py --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/rllib
+    python benchmarks/rllib_ppo.py --norm --env Hopper-v5 --minutes 2 --seed 1 --out benchmarks/out/rllib-norm
+
+RLlib's APPO runs through the same loop: :mod:`benchmarks.rllib_appo`.
 """
 
 from __future__ import annotations
@@ -36,11 +50,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+# Ray's workers import this module by name (the env creator, the wrappers): they inherit this
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from benchmarks._common import RunLog, _fmt  # noqa: E402
+import gymnasium as gym  # noqa: E402
+
+from benchmarks._common import RunLog, _fmt, since_process_start  # noqa: E402
 from functions.hyper import PPOHyper  # noqa: E402
 from functions.ppo import LR_FLOOR  # noqa: E402
 
@@ -48,6 +68,35 @@ from functions.ppo import LR_FLOOR  # noqa: E402
 # across sample() chunks), listed per train() result under ``env_runners``.
 EPISODE_RETURNS = "stellaris_episode_returns"
 EPISODE_LENGTHS = "stellaris_episode_lengths"
+# The raw env's return of an episode, put in its last step's info below any reward wrapper
+RAW_RETURN = "stellaris_raw_return"
+REWARD_CLIP = 10.0
+NORM_ENV = "stellaris-normalized-reward"
+KL_TARGET = 0.02  # our target_kl, as the target of RLlib's adaptive KL penalty (--norm)
+
+
+def normalized_env(ctx: Any) -> gym.Env:
+    """The env creator of ``--norm``: ``ctx["env_id"]``, its raw return recorded at each
+    episode's end (:class:`RawReturn`), then rewards normalised by a running estimate of the
+    discounted return's sd (gymnasium's ``NormalizeReward`` at ``ctx["gamma"]``) and clipped."""
+    env = gym.wrappers.NormalizeReward(RawReturn(gym.make(ctx["env_id"])),
+                                       gamma=float(ctx["gamma"]))
+    return gym.wrappers.ClipReward(env, -REWARD_CLIP, REWARD_CLIP)
+
+
+class RawReturn(gym.Wrapper):
+    """Adds the episode's raw return to the info of its last step (:data:`RAW_RETURN`)."""
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.ret = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, term, trunc, info = self.env.step(action)
+        self.ret += float(reward)
+        if term or trunc:
+            info = {**info, RAW_RETURN: self.ret}
+        return obs, reward, term, trunc, info
 
 
 def episode_returns_runner() -> type:
@@ -57,9 +106,20 @@ def episode_returns_runner() -> type:
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     class EpisodeReturnsRunner(SingleAgentEnvRunner):
+        def get_metrics(self) -> Any:
+            # the raw returns of the episodes the base class is about to log, in its order
+            # (an env without a reward wrapper leaves them out: its return is the raw one)
+            self._raw: list[float | None] = []
+            for eps in self._done_episodes_for_metrics:
+                info = eps.get_infos(-1)
+                self._raw.append(info.get(RAW_RETURN) if isinstance(info, dict) else None)
+            return super().get_metrics()
+
         def _log_episode_metrics(self, length: Any, ret: Any, sec: Any) -> None:
             super()._log_episode_metrics(length, ret, sec)
-            self.metrics.log_value(EPISODE_RETURNS, float(ret), reduce="item_series")
+            raw = self._raw.pop(0) if getattr(self, "_raw", None) else None
+            self.metrics.log_value(EPISODE_RETURNS, float(ret if raw is None else raw),
+                                   reduce="item_series")
             self.metrics.log_value(EPISODE_LENGTHS, int(length), reduce="item_series")
 
     return EpisodeReturnsRunner
@@ -78,21 +138,28 @@ def episodes_of(result: dict[str, Any]) -> tuple[list[float], list[int]]:
 
 def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
                  rollout_steps: int = 256, num_env_runners: int = 2,
-                 anneal_lr_steps: int | None = None) -> Any:
+                 anneal_lr_steps: int | None = None, norm: bool = False) -> Any:
     """RLlib's PPO with our hyper-parameters. ``anneal_lr_steps``: the learning rate decays
     linearly to ``LR_FLOOR`` of itself over that many env steps (RLlib's schedules count env
     steps; ours count the budget, so a wall-clock budget is turned into RLlib's steps by the
-    caller)."""
+    caller). ``norm``: rewards normalised in the env and the adaptive KL penalty (the module's
+    docstring)."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.connectors.env_to_module import MeanStdFilter
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     batch = n_envs * rollout_steps
     runners = max(1, num_env_runners)
+    cfg = PPOConfig()
+    if norm:  # RLlib takes a creator by a registered name (kept by Ray for its workers)
+        from ray.tune.registry import register_env
+
+        register_env(NORM_ENV, normalized_env)
+        cfg = cfg.environment(NORM_ENV, env_config={"env_id": env_id, "gamma": hyper.gamma})
+    else:
+        cfg = cfg.environment(env_id)
     return (
-        PPOConfig()
-        .environment(env_id)
-        .framework("torch")
+        cfg.framework("torch")
         .env_runners(
             num_env_runners=num_env_runners,
             num_envs_per_env_runner=max(1, n_envs // runners),
@@ -113,8 +180,9 @@ def build_config(env_id: str, seed: int, hyper: PPOHyper, n_envs: int = 8,
             clip_param=hyper.clip_coef,
             vf_loss_coeff=hyper.vf_coef,
             entropy_coeff=hyper.ent_coef,
-            use_kl_loss=False,
-            kl_coeff=0.0,
+            use_kl_loss=norm,
+            kl_coeff=0.2 if norm else 0.0,  # 0.2: RLlib's default initial coefficient
+            kl_target=KL_TARGET,
             grad_clip=hyper.max_grad_norm,
             grad_clip_by="global_norm",
             vf_clip_param=1e9,
@@ -152,7 +220,12 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           total_steps: int | None = None, n_envs: int = 8, rollout_steps: int = 256,
           num_env_runners: int = 2, hyper: PPOHyper | None = None,
           anneal_lr_steps: int | None = None,
-          stop_at_return: float | None = None) -> dict[str, Any]:
+          stop_at_return: float | None = None, norm: bool = False,
+          algo_config: Any = None, system: str | None = None,
+          described: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train RLlib's PPO (``norm``: ``rllib-norm``'s settings), or ``algo_config`` (an RLlib
+    algorithm's config, e.g. APPO's, named ``system`` and ``described`` in config.json), for
+    ``minutes`` of wall clock from the process's start (and/or ``total_steps``)."""
     import math
 
     import ray
@@ -160,19 +233,24 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
     hyper = hyper or baseline_hyper()
+    system = system or ("rllib-norm" if norm else "rllib")
+    since_start = since_process_start()
     t_setup = time.perf_counter()
     ray.init(include_dashboard=False, num_cpus=max(2, num_env_runners + 1),
              log_to_driver=False, configure_logging=True, logging_level="ERROR")
     try:
-        cfg = build_config(env_id, seed, hyper, n_envs, rollout_steps, num_env_runners,
-                           anneal_lr_steps)
+        cfg = algo_config or build_config(env_id, seed, hyper, n_envs, rollout_steps,
+                                          num_env_runners, anneal_lr_steps, norm)
         algo = cfg.build_algo()
-        setup_s = time.perf_counter() - t_setup
-        config = {"system": "rllib", "env": env_id, "seed": seed, "minutes": minutes,
+        setup_s = since_start + time.perf_counter() - t_setup  # imports included
+        config = {"system": system, "env": env_id, "seed": seed, "minutes": minutes,
                   "total_steps": total_steps, "n_envs": n_envs, "rollout_steps": rollout_steps,
-                  "num_env_runners": num_env_runners, "hyper": hyper.model_dump(),
-                  "mode": "rllib", "backend": "ray", "ray_version": ray.__version__,
-                  "anneal_lr_steps": anneal_lr_steps, "stop_at_return": stop_at_return}
+                  "num_env_runners": num_env_runners, "mode": "rllib", "backend": "ray",
+                  "ray_version": ray.__version__, "anneal_lr_steps": anneal_lr_steps,
+                  "stop_at_return": stop_at_return,
+                  **(described if algo_config is not None else {
+                      "hyper": hyper.model_dump(), "reward_norm": norm,
+                      "kl_target": KL_TARGET if norm else None})}
         log = RunLog(out_dir, config, log_interval_s=0.0, stop_at_return=stop_at_return)
         budget_s = minutes * 60 if minutes is not None else float("inf")
         # RLlib's own per-iteration figure beside ours, to show what it would have said
@@ -211,7 +289,8 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
                     None if lifetime is None else int(lifetime), mean, row.get("episodic_return"))])
                 own.flush()
         algo.stop()
-        return log.close({"mode": "rllib", "backend": "ray", "env": env_id, "setup_s": setup_s})
+        return log.close({"mode": "rllib", "backend": "ray", "env": env_id, "setup_s": setup_s,
+                          "system": system})
     finally:
         ray.shutdown()
 
@@ -242,13 +321,13 @@ def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--env", default="Hopper-v5")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--minutes", type=float)
-    p.add_argument("--total-steps", type=int)
-    p.add_argument("--n-envs", type=int, default=8)
-    p.add_argument("--rollout-steps", type=int, default=256)
-    p.add_argument("--num-env-runners", type=int, default=2)
+    p.add_argument("--env", default="Hopper-v5", help="gymnasium env id")
+    p.add_argument("--seed", type=int, default=1, help="RLlib's seed")
+    p.add_argument("--minutes", type=float, help="wall-clock budget from process start")
+    p.add_argument("--total-steps", type=int, help="env-step budget")
+    p.add_argument("--n-envs", type=int, default=8, help="envs over all env runners")
+    p.add_argument("--rollout-steps", type=int, default=256, help="rollout fragment length")
+    p.add_argument("--num-env-runners", type=int, default=2, help="sampling processes")
     p.add_argument("--anneal-lr-steps", type=int,
                    help="decay the learning rate linearly over this many env steps")
     p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
@@ -256,14 +335,17 @@ def main(argv: list[str] | None = None) -> int:
                    "has no counterpart for (the IS correction, value clipping) are refused")
     p.add_argument("--stop-at-return", type=float,
                    help="also stop once the mean return of the last 100 episodes reaches this")
+    p.add_argument("--norm", action="store_true",
+                   help="rllib-norm: rewards normalised (and clipped) in the env and the "
+                   f"adaptive KL penalty with kl_target {KL_TARGET} (the module's docstring)")
     p.add_argument("--out", required=True, help="run folder")
     a = p.parse_args(argv)
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
               a.num_env_runners, hyper=_hyper(p, a.hyper), anneal_lr_steps=a.anneal_lr_steps,
-              stop_at_return=a.stop_at_return)
-    print(f"RLlib PPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
+              stop_at_return=a.stop_at_return, norm=a.norm)
+    print(f"RLlib PPO{' (norm)' if a.norm else ''} {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "
           f"(setup {s['setup_s']:.1f} s)")
     return 0
