@@ -99,6 +99,35 @@ def capacity(rows: list[dict[str, Any]], learners: int) -> dict[str, dict[str, A
     return out
 
 
+def lambda_usd_per_hour(row: dict[str, Any], actors: int = 1000, memory_mb: int = 1769,
+                        prices: Any = None) -> dict[str, float]:
+    """What ``actors`` actors cost per hour on Lambda, from one measured point: each actor
+    invocation billed its measured duration less the emulated latency (the platform's, not
+    billed), at ``memory_mb``, plus the request price; back to back, so an actor runs
+    ``3600 / duration`` invocations an hour. Prices: orchestrator/cost.py's table."""
+    from orchestrator.cost import PriceTable
+
+    prices = prices or PriceTable()
+    total_s = row["mean_actor_ms"] / 1e3
+    billed_s = max(1e-3, total_s - row["latency_ms"] / 1e3)
+    per_hour = actors * 3600.0 / total_s  # invocations
+    gb_s = per_hour * billed_s * memory_mb / 1024
+    return {"invocations_per_hour": per_hour, "billed_ms": billed_s * 1e3,
+            "usd_per_hour": gb_s * prices.lambda_gb_second_usd
+            + per_hour * prices.lambda_request_usd,
+            "usd_per_learner_hour": 3600.0 * memory_mb / 1024 * prices.lambda_gb_second_usd}
+
+
+def print_cost(record: Path, actors: int) -> None:
+    """The Lambda bill of ``actors`` actors per hour at each point of a capacity record."""
+    for row in json.loads(record.read_text())["rows"]:
+        if row.get("mean_actor_ms"):
+            c = lambda_usd_per_hour(row, actors)
+            print(f"{row['policy']} actors={row['actors']} learners={row['learners']}: "
+                  f"{c['billed_ms']:.0f} ms billed per rollout, {actors} actors "
+                  f"${c['usd_per_hour']:.2f}/hour (a learner ${c['usd_per_learner_hour']:.3f}/hour)")
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,6 +171,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--records", help="records dir (default benchmarks/records)")
     p.add_argument("--label", default="",
                    help="words added to the record's title (e.g. what changed since the last)")
+    p.add_argument("--cost", type=Path, metavar="RECORD",
+                   help="measure nothing: print what --cost-actors actors cost per hour on "
+                   "Lambda at each point of this capacity record")
+    p.add_argument("--cost-actors", type=int, default=1000,
+                   help="actors priced by --cost (default 1000)")
     p.add_argument("--no-record", action="store_true", help="print the rows, write no record")
     p.add_argument("--dump", type=Path, help="also write every point's full result (row, op "
                    "latencies, Redis commands) to this JSON file")
@@ -150,6 +184,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    if a.cost:
+        print_cost(a.cost, a.cost_actors)
+        return 0
     # a stopped sweep still stops its redis-server and the point's processes (finally blocks)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out_dir = REPO / a.out

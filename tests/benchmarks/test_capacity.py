@@ -97,3 +97,11 @@ def test_one_point_measures_the_orchestrator(redis_url: str, tmp_path: Path) -> 
     assert row["redis_in_mb_s"] > 0.1  # trajectories of ~200 KB reached Redis
     assert res["latency"]["traj_append"]["p50_ms"] is not None
     assert "evalsha" in res["redis_commands"]
+
+
+def test_lambda_bill_of_a_point() -> None:
+    # 400 ms a rollout of which 50 ms is the platform's: 9M invocations an hour, 350 ms each
+    c = capacity.lambda_usd_per_hour({"mean_actor_ms": 400.0, "latency_ms": 50.0}, actors=1000)
+    assert c["invocations_per_hour"] == pytest.approx(9e6)
+    assert c["billed_ms"] == pytest.approx(350.0)
+    assert c["usd_per_hour"] == pytest.approx(9e6 * (0.35 * 1769 / 1024 * 0.0000166667 + 2e-7))
