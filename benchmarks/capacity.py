@@ -58,43 +58,53 @@ def points(a: argparse.Namespace) -> list[Point]:
     return out
 
 
-def fit(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
-    """Least squares ``orch_cpu = a + b * rollouts_s`` over points (None under two)."""
-    xs = [r["rollouts_s"] for r in rows]
-    ys = [r["orch_cpu"] for r in rows]
-    if len(xs) < 2 or max(xs) - min(xs) <= 0:
-        return None
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / \
-        sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+def _limit(r: dict[str, Any]) -> str:
+    """What set the pace at a point that fell short: the process nearest its ceiling (the
+    orchestrator's is 70% of a core; Redis and the functions' host are one thread or one
+    GIL each: a core), or the machine when its cores were all busy."""
+    if r.get("machine_cores", 0) >= 1.9:
+        return "machine"
+    use = {"orchestrator": r["orch_cpu"] / CPU_LIMIT, "redis": r.get("redis_cpu") or 0.0,
+           "function host": r.get("host_cpu") or 0.0}
+    return max(use, key=use.__getitem__)
 
 
 def capacity(rows: list[dict[str, Any]], learners: int) -> dict[str, dict[str, Any]]:
-    """Per policy: the measured limit (the most actors swept with the orchestrator under 70%
-    of a core and the actors busy) and the modelled one (the fit, at one actor's rollout rate
-    when nothing waits: the mean actor invocation of the smallest point)."""
+    """Per policy, from the actor sweep (at ``learners``):
+
+    - ``rollouts_s_per_actor``: one actor's rate when nothing waits (the smallest point's mean
+      invocation, latency included);
+    - ``measured_actors``: the most actors at which the orchestrator stayed under 70% of a
+      core and the rollouts reached 90% of that rate times the actors; ``short_at`` and
+      ``limit``: the first point that fell short and what set its pace;
+    - ``model_actors``: the actors whose rollouts would take the orchestrator to 70% of a core
+      at its measured CPU per rollout with the most actors in flight (that point's gradients
+      and in-flight bookkeeping included): ``0.7 / (cpu_per_rollout x rate_per_actor)``.
+    """
     out: dict[str, dict[str, Any]] = {}
     for policy in dict.fromkeys(r["policy"] for r in rows):
-        sweep = sorted((r for r in rows if r["policy"] == policy and r["learners"] == learners),
-                       key=lambda r: r["actors"])
+        sweep = sorted((r for r in rows if r["policy"] == policy and r["learners"] == learners
+                        and r.get("mean_actor_ms")), key=lambda r: r["actors"])
         if not sweep:
             continue
-        ok = [r["actors"] for r in sweep
-              if r["orch_cpu"] < CPU_LIMIT and (r["actor_use"] or 0) >= USE_MIN]
-        line = fit(sweep)
-        per_actor = 1e3 / sweep[0]["mean_actor_ms"] if sweep[0].get("mean_actor_ms") else None
-        model = None
-        if line and per_actor and line[1] > 0:
-            model = int((CPU_LIMIT - line[0]) / (line[1] * per_actor))
+        per_actor = 1e3 / sweep[0]["mean_actor_ms"]
+        carried, short = 0, None
+        for r in sweep:
+            if r["orch_cpu"] < CPU_LIMIT and r["rollouts_s"] >= USE_MIN * r["actors"] * per_actor:
+                carried = r["actors"]
+            elif short is None:
+                short = r
+        top = sweep[-1]
+        ms = top["orch_cpu"] / top["rollouts_s"] * 1e3 if top["rollouts_s"] else None
+        model = int(CPU_LIMIT / (ms / 1e3 * per_actor)) if ms else None
         out[policy] = {
-            "measured_actors": max(ok) if ok else 0,
-            "model_actors": model,
-            "cpu_fixed": line[0] if line else None,
-            "cpu_ms_per_rollout": line[1] * 1e3 if line else None,
             "rollouts_s_per_actor": per_actor,
-            "env_steps_s_at_model": (model * per_actor * ROLLOUT_ENV_STEPS
-                                     if model and per_actor else None),
+            "measured_actors": carried,
+            "short_at": short["actors"] if short else None,
+            "limit": _limit(short) if short else None,
+            "orch_ms_per_rollout": ms, "at_actors": top["actors"],
+            "model_actors": model,
+            "env_steps_s_at_model": model * per_actor * ROLLOUT_ENV_STEPS if model else None,
         }
     return out
 
@@ -116,6 +126,18 @@ def lambda_usd_per_hour(row: dict[str, Any], actors: int = 1000, memory_mb: int 
             "usd_per_hour": gb_s * prices.lambda_gb_second_usd
             + per_hour * prices.lambda_request_usd,
             "usd_per_learner_hour": 3600.0 * memory_mb / 1024 * prices.lambda_gb_second_usd}
+
+
+def resummarise(record: Path, learners: int) -> None:
+    """Recompute a record's ``capacity`` from its rows (the measurements stay as they were);
+    the record says which commit's model the summary comes from."""
+    from benchmarks.records import dumps, git_state
+
+    doc = json.loads(record.read_text())
+    doc["curve_points"]["capacity"] = capacity(doc["rows"], learners)
+    doc["summary"]["capacity_model_commit"] = git_state()[0]
+    record.write_text(dumps(doc))
+    print(json.dumps(doc["curve_points"]["capacity"], indent=1))
 
 
 def print_cost(record: Path, actors: int) -> None:
@@ -176,6 +198,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "Lambda at each point of this capacity record")
     p.add_argument("--cost-actors", type=int, default=1000,
                    help="actors priced by --cost (default 1000)")
+    p.add_argument("--resummarise", type=Path, metavar="RECORD",
+                   help="measure nothing: recompute a capacity record's capacity summary from "
+                   "its rows with this commit's model, noting the commit in the record")
     p.add_argument("--no-record", action="store_true", help="print the rows, write no record")
     p.add_argument("--dump", type=Path, help="also write every point's full result (row, op "
                    "latencies, Redis commands) to this JSON file")
@@ -186,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     if a.cost:
         print_cost(a.cost, a.cost_actors)
+        return 0
+    if a.resummarise:
+        resummarise(a.resummarise, a.learners)
         return 0
     # a stopped sweep still stops its redis-server and the point's processes (finally blocks)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

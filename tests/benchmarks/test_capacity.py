@@ -78,6 +78,7 @@ def test_capacity_model_from_rows() -> None:
     rows[-1]["orch_cpu"] = 0.75  # over the limit: not carried
     cap = capacity.capacity(rows, learners=4)["64x64"]
     assert cap["measured_actors"] == 64
+    assert cap["short_at"] == 128 and cap["limit"] == "orchestrator"
     assert cap["rollouts_s_per_actor"] == pytest.approx(2.5)
     assert cap["model_actors"] is not None and 50 < cap["model_actors"] < 150
 
