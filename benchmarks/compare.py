@@ -26,8 +26,20 @@ its own process, and writes:
 System names: ``stellaris`` (async, ``--backend``, default local runtime), ``sync`` (our
 synchronous PPO on the same functions: 2 actors x 4 envs x 256 steps = a 2048-step round, the
 lean PPO's 8 trajectories of 256 steps split over the two cores),
-``rllib`` (:mod:`benchmarks.rllib_ppo`), ``lean`` (:mod:`benchmarks.lean_ppo`). Ablation flags
+``rllib`` (:mod:`benchmarks.rllib_ppo`, matched to ours), ``lean`` (:mod:`benchmarks.lean_ppo`,
+one core); the equal-core baselines ``lean2`` (the lean PPO sampling in a second process),
+``rllib-norm`` (RLlib PPO with reward normalisation and a KL target), ``rllib-appo``
+(:mod:`benchmarks.rllib_appo`), ``sb3`` / ``sb3-ours`` (:mod:`benchmarks.sb3_ppo`, zoo's or our
+settings) and ``sf2`` (:mod:`benchmarks.sf2_appo`, Sample Factory 2 in its own venv, made by
+``scripts/make_sf2_venv.sh`` before the timed runs). Each run's record names the cores its
+system uses (:data:`benchmarks.compare_analysis.CORES`). Ablation flags
 change the Stellaris system only and tag its variant name, e.g. ``stellaris[is=none]``.
+
+Every system's clock starts at its process's start (imports, compilation and start-up on it):
+the baselines' own clocks do (:mod:`benchmarks._common`); Stellaris' starts once its runtime is
+up, so compare.py measures how long after its process that was, from the progress lines it
+prints with its own wall time (``clock_offset_s`` in ``bench.json``), and the report moves its
+curve and bill by that (:func:`benchmarks.compare_analysis.from_process_start`).
 The statistics are :mod:`benchmarks.compare_analysis`'s, the text
 :mod:`benchmarks.compare_report`'s, the figures :mod:`benchmarks.compare_figures`'.
 """
@@ -50,6 +62,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._common import read_curve, read_summary  # noqa: E402
 from benchmarks.compare_analysis import (  # noqa: E402
+    CORES,
     LABELS,
     SYSTEMS,
     TARGETS,
@@ -57,11 +70,21 @@ from benchmarks.compare_analysis import (  # noqa: E402
     default_targets,
     outcome,
 )
+from benchmarks.compare_clock import run_clocked  # noqa: E402
 from benchmarks.compare_report import env_report  # noqa: E402
 from benchmarks.records import command_line, git_state, write_record  # noqa: E402
 
 FULL_ENVS = ["Hopper-v5", "HalfCheetah-v5", "Walker2d-v5"]
-__all__ = ["LABELS", "SYSTEMS", "TARGETS", "command", "main", "run_one", "warm_compile_cache"]
+DEFAULT_SYSTEMS = ["stellaris", "sync", "rllib", "lean"]
+# baseline -> its script and fixed arguments (stellaris and sync run the orchestrator's CLI)
+SCRIPTS = {"lean": ("lean_ppo.py", []), "lean2": ("lean_ppo.py", ["--two-core"]),
+           "rllib": ("rllib_ppo.py", []), "rllib-norm": ("rllib_ppo.py", ["--norm"]),
+           "rllib-appo": ("rllib_appo.py", []), "sb3": ("sb3_ppo.py", []),
+           "sb3-ours": ("sb3_ppo.py", ["--settings", "ours"]), "sf2": ("sf2_appo.py", [])}
+TAKES_HYPER = {"lean", "lean2", "rllib", "rllib-norm"}  # PPOHyper fields via --hyper
+TAKES_INIT = {"stellaris", "sync", "lean", "lean2"}  # a Stellaris checkpoint via --init-from
+__all__ = ["CORES", "LABELS", "SYSTEMS", "TARGETS", "command", "main", "run_one",
+           "warm_compile_cache"]
 
 
 def variant_tag(args: argparse.Namespace) -> str:
@@ -136,21 +159,23 @@ def command(system: str, env: str, seed: int, minutes: float, run_dir: Path,
         for kv in args.set:
             cmd += ["--set", kv]
         return cmd
-    script = "lean_ppo.py" if system == "lean" else "rllib_ppo.py"
-    cmd = [py, str(REPO / "benchmarks" / script), "--env", env, "--seed", str(seed),
+    script, fixed = SCRIPTS[system]
+    cmd = [py, str(REPO / "benchmarks" / script), *fixed, "--env", env, "--seed", str(seed),
            "--minutes", f"{minutes:g}", "--out", str(run_dir)]
-    if system == "lean" and args.is_correction:
+    lean = system in ("lean", "lean2")
+    if lean and args.is_correction:
         cmd += ["--is-correction", args.is_correction]
-    if system == "lean" and args.no_compile:
+    if lean and args.no_compile:
         cmd.append("--no-compile")
-    if system == "lean" and args.anneal_lr:
+    if lean and args.anneal_lr:
         cmd += ["--hyper", "anneal_lr=true"]
-    if system == "rllib" and args.anneal_lr:
+    if system in ("rllib", "rllib-norm") and args.anneal_lr:
         # RLlib's schedules count env steps: the steps it gets through in this budget here
         cmd += ["--anneal-lr-steps", str(int(minutes * 60 * args.rllib_sps))]
-    for kv in shared_hyper(args):  # lean_ppo.py and rllib_ppo.py both take PPOHyper fields
-        cmd += ["--hyper", kv]
-    return cmd + stop_flag(args) + init_flag(args)
+    if system in TAKES_HYPER:  # lean_ppo.py and rllib_ppo.py both take PPOHyper fields
+        for kv in shared_hyper(args):
+            cmd += ["--hyper", kv]
+    return cmd + stop_flag(args) + (init_flag(args) if system in TAKES_INIT else [])
 
 
 def init_flag(args: argparse.Namespace) -> list[str]:
@@ -211,10 +236,11 @@ def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
     # the repo first, then whatever the caller's PYTHONPATH holds (packages installed there)
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
-    with open(run_dir / "stdout.log", "w") as fh:
-        rc = subprocess.call(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env=env_vars,
-                             timeout=minutes * 60 + 300)
+    rc, offset = run_clocked(cmd, run_dir / "stdout.log", env_vars, minutes * 60 + 300)
+    if read_summary(run_dir).get("clock_origin") == "process start":
+        offset = 0.0  # its own clock already starts there
     info = {"system": system, "env": env, "seed": seed, "minutes": minutes, "cmd": cmd, "rc": rc,
+            "cores": CORES.get(system), "clock_offset_s": offset,
             "elapsed_s": time.monotonic() - t0, "load_before": load0,
             "stop_at_return": getattr(args, "stop_at_return", None),
             "load_after": os.getloadavg()[0], "started_utc": started, "commit": commit,
@@ -225,9 +251,18 @@ def run_one(system: str, env: str, seed: int, minutes: float, run_dir: Path,
     print(f"  {system:10s} seed {seed}: rc {rc} | {s.get('env_steps', 0):>8,} steps | "
           f"{s.get('sps', 0):6.0f} steps/s | return {'-' if ret is None else f'{ret:7.1f}'} | "
           f"${(s.get('cost') or {}).get('total_usd', 0):.5f} | load {load0:.2f}->"
-          f"{info['load_after']:.2f}", flush=True)
+          f"{info['load_after']:.2f} | clock "
+          + ("from process start" if offset == 0.0 else
+             "start unknown (no progress line)" if offset is None else f"+{offset:.1f} s"),
+          flush=True)
     return info
 
+
+
+def ensure_sf2_venv() -> None:
+    """Sample Factory 2's venv (scripts/make_sf2_venv.sh; idempotent), made before the timed
+    runs: installing is no system's start-up."""
+    subprocess.run(["bash", str(REPO / "scripts" / "make_sf2_venv.sh")], cwd=REPO, check=True)
 
 
 def record_targets(env: str, minutes: float, extra: Sequence[float] | None) -> list[float]:
@@ -271,9 +306,11 @@ def preface(cmd: str, a: argparse.Namespace) -> list[str]:
         "sequential, one system at a time. Same wall-clock budget, seeds, price table and clock "
         "for every system: Stellaris and our sync PPO are billed per function invocation "
         "(Lambda GB-s + requests) plus the orchestrator VM and Redis for the wall time, at the "
-        "run's price table; RLlib and the lean PPO pay one 2-vCPU instance (c6i.large) for the "
-        "wall time. Returns are the mean of the last 100 training episodes. Clocks start after "
-        "start-up (the local runtime's, Ray's and the algorithm's construction).", ""]
+        "run's price table; the baselines pay one 2-vCPU instance (c6i.large) for the "
+        "wall time. Returns are the mean of the last 100 training episodes. Clocks start at "
+        "each run's process start (imports, compilation, the local runtime's, Ray's and the "
+        "algorithm's start-up on the clock), for runs recorded from commit 8d3c7a4 on; "
+        "earlier runs' clocks started after start-up.", ""]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -283,7 +320,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--envs", nargs="+")
     p.add_argument("--seeds", type=int, nargs="+", help="seed values (default 1 2 3; quick 1 2)")
     p.add_argument("--minutes", type=float, help="wall-clock budget per run (default 10; quick 2)")
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=DEFAULT_SYSTEMS,
+                   help=f"systems to run (default {' '.join(DEFAULT_SYSTEMS)}); the equal-core "
+                   "baselines: lean2 rllib-norm rllib-appo sb3 sb3-ours sf2")
     p.add_argument("--targets", type=float, nargs="+", help="target returns (default per env)")
     p.add_argument("--system-minutes", nargs="+", default=[], metavar="SYSTEM=MIN",
                    help="run a system longer than the budget (e.g. rllib=20: RLlib needs "
@@ -363,8 +402,12 @@ def main(argv: list[str] | None = None) -> int:
         out = out.with_name(out.name + f"-stop{a.stop_at_return:g}")
     series = a.series or out.name
     tag = variant_tag(a)
-    if a.init_from and "rllib" in a.systems:
-        p.error("--init-from: RLlib cannot start from a Stellaris checkpoint")
+    if a.init_from and set(a.systems) - TAKES_INIT:
+        p.error(f"--init-from: {sorted(set(a.systems) - TAKES_INIT)} cannot start from a "
+                "Stellaris checkpoint")
+    fixed_settings = set(a.systems) - TAKES_HYPER - {"stellaris", "sync"}
+    if (a.hyper or a.anneal_lr) and fixed_settings:
+        p.error(f"--hyper/--anneal-lr: {sorted(fixed_settings)} run their own settings")
     per_system = {k: float(v) for k, v in (kv.split("=", 1) for kv in a.system_minutes)}
     unknown = set(per_system) - set(SYSTEMS)
     if unknown:
@@ -378,8 +421,10 @@ def main(argv: list[str] | None = None) -> int:
         root = budget_dir(out, env, minutes)
         if not a.report_only:
             print(f"{env}: {minutes:g} min x seeds {seeds} x {a.systems}", flush=True)
-            if not a.no_compile and set(a.systems) & {"stellaris", "sync", "lean"}:
+            if not a.no_compile and set(a.systems) & {"stellaris", "sync", "lean", "lean2"}:
                 warm_compile_cache(env)
+            if "sf2" in a.systems:
+                ensure_sf2_venv()
             for seed in seeds:  # seeds outermost: machine noise spreads over the systems
                 for system in a.systems:
                     variant = variant_name(system, tag)

@@ -21,11 +21,21 @@ from typing import Any
 
 from benchmarks._common import read_curve, read_summary
 
-SYSTEMS = ("stellaris", "sync", "rllib", "lean")
+SYSTEMS = ("stellaris", "sync", "rllib", "lean", "lean2", "rllib-norm", "rllib-appo", "sb3",
+           "sb3-ours", "sf2")
 LABELS = {"stellaris": "Stellaris (async)", "sync": "our sync PPO", "rllib": "RLlib 2.60 PPO",
-          "lean": "lean PPO"}
+          "lean": "lean PPO", "lean2": "lean PPO, two cores",
+          "rllib-norm": "RLlib 2.60 PPO, reward norm + KL", "rllib-appo": "RLlib 2.60 APPO",
+          "sb3": "SB3 PPO (zoo settings)", "sb3-ours": "SB3 PPO (our settings)",
+          "sf2": "Sample Factory 2 (MuJoCo v4)"}
+# The cores each system's processes use on the 2-core machine: the lean PPO is one process with
+# one torch thread; every other system spreads over both (sampling processes, env runners,
+# Stellaris' functions).
+CORES = {"stellaris": 2, "sync": 2, "rllib": 2, "lean": 1, "lean2": 2, "rllib-norm": 2,
+         "rllib-appo": 2, "sb3": 2, "sb3-ours": 2, "sf2": 2}
 TARGETS = {"Hopper-v5": [1000, 1500, 2000], "Walker2d-v5": [1000, 2000, 3000],
-           "HalfCheetah-v5": [1000, 2000, 3000], "CartPole-v1": [100, 200, 400]}
+           "HalfCheetah-v5": [1000, 2000, 3000], "Humanoid-v5": [300, 500, 700],
+           "CartPole-v1": [100, 200, 400]}
 QUICK_TARGETS = {"Hopper-v5": [250, 500]}  # reachable in a short budget: ratios need a target
 GRACE_S = 5.0  # a run's last row may land a few seconds after its budget (shutdown)
 RETURN_POINTS_MIN = (1, 2, 3, 5, 10, 15, 20, 30)
@@ -188,13 +198,42 @@ def facts(summary: dict[str, Any], bench: dict[str, Any]) -> dict[str, Any]:
             "stop_at_return": bench.get("stop_at_return"),
             "load_before": bench.get("load_before"), "load_after": bench.get("load_after"),
             "cpu_wait_frac": cpu_wait_fraction(summary), "staleness": staleness(summary),
-            "footprint": footprint or None}
+            "footprint": footprint or None, "cores": bench.get("cores"),
+            "clock_offset_s": bench.get("clock_offset_s")}
 
 
 def outcome(curve: dict[str, list[float]], summary: dict[str, Any], bench: dict[str, Any],
             targets: list[float], budget_min: float) -> dict[str, Any]:
-    """A run's ``facts`` and ``points`` (see the module's docstring)."""
+    """A run's ``facts`` and ``points`` (see the module's docstring), on the clock from its
+    process's start (:func:`from_process_start`)."""
+    curve, summary = from_process_start(curve, summary, bench)
     return {"facts": facts(summary, bench), "points": key_points(curve, targets, budget_min)}
+
+
+def from_process_start(curve: dict[str, list[float]], summary: dict[str, Any],
+                       bench: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """The curve and summary of a run whose own clock started ``clock_offset_s`` after its
+    process (``bench.json``: compare.py measured it; Stellaris' starts once its runtime is up),
+    moved onto the clock from the process's start: every wall time later by the offset, every
+    bill higher by the always-on parts' price for it (the orchestrator VM and Redis, or a
+    baseline's machine, at the rate the run paid them). A run without an offset is returned as
+    it is (the baselines' clocks start at their process's start)."""
+    offset = float(bench.get("clock_offset_s") or 0.0)
+    wall = float(summary.get("wall_s") or 0.0)
+    if offset <= 0 or wall <= 0:
+        return curve, summary
+    fixed = (summary.get("cost") or {}).get("fixed") or {}
+    usd_per_s = sum(v for k, v in fixed.items() if k != "orchestrator_burst") / wall
+    extra = offset * usd_per_s
+    moved = {k: list(v) for k, v in curve.items()}
+    moved["wall_s"] = [w + offset for w in curve["wall_s"]]
+    for col in ("cost_usd", "cost_usd_dedicated_vcpu"):
+        if col in moved:
+            moved[col] = [u + extra for u in curve[col]]
+    cost = dict(summary.get("cost") or {})
+    if "total_usd" in cost:
+        cost["total_usd"] = float(cost["total_usd"]) + extra
+    return moved, {**summary, "wall_s": wall + offset, "cost": cost}
 
 
 # -- run folders -------------------------------------------------------------------------------
@@ -211,7 +250,7 @@ def collect(root: Path, targets: list[float], budget_min: float
             summary = read_summary(sdir)
             if not summary:
                 continue
-            curve = read_curve(sdir)
+            curve, _ = from_process_start(read_curve(sdir), summary, bench)
             variant = bench.get("variant", vdir.name)
             out.setdefault(variant, []).append({
                 "dir": sdir, "seed": int(sdir.name[4:]), "variant": variant,
@@ -242,7 +281,7 @@ def default_hyper(system: str) -> dict[str, Any]:
     from benchmarks.rllib_ppo import baseline_hyper  # imports torch: only when relabelling
     from functions.hyper import PPOHyper
 
-    return (baseline_hyper() if system == "rllib" else PPOHyper()).model_dump()
+    return (baseline_hyper() if system.startswith("rllib") else PPOHyper()).model_dump()
 
 
 # PPOHyper fields added after runs were recorded, with the value that is exactly what every run

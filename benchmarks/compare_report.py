@@ -24,7 +24,10 @@ from benchmarks.compare_analysis import (
     stats,
 )
 
-NAMES = {"rllib": "RLlib", "lean": "lean PPO", "sync": "sync PPO"}
+NAMES = {"rllib": "RLlib", "lean": "lean PPO", "sync": "sync PPO", "lean2": "lean PPO, two cores",
+         "rllib-norm": "RLlib PPO (norm)", "rllib-appo": "RLlib APPO", "sb3": "SB3 PPO",
+         "sb3-ours": "SB3 PPO (ours)", "sf2": "Sample Factory 2"}
+BASELINES = ("rllib", "lean", "lean2", "rllib-norm", "rllib-appo", "sb3", "sb3-ours", "sf2")
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -323,7 +326,7 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
         r"stellaris\[backend=[a-z]+\]", v)), None)
     lines += per_seed_table(data, order, max(targets))
     if base is not None:
-        lines += ratio_lines(st, data, base, "", "Stellaris", ("rllib", "lean", "sync"),
+        lines += ratio_lines(st, data, base, "", "Stellaris", (*BASELINES, "sync"),
                              targets, minutes)
     if "sync" in st:
         lines += ratio_lines(st, data, "sync", "sync PPO ", "sync PPO", ("rllib", "lean"),
@@ -360,7 +363,8 @@ def headline_rows(data: dict[str, list[dict[str, Any]]], minutes: float,
         st = stats(runs, minutes, [target], points)
         to = st["to"][target]
         paths = sorted({str(r.get("path")) for r in runs if r.get("path")})
-        cores = sorted({r["cores"] for r in runs if r.get("cores")})
+        cores = sorted({r.get("facts", {}).get("cores") or r["cores"] for r in runs
+                        if r.get("facts", {}).get("cores") or r.get("cores")})
         rows.append({
             "system": LABELS.get(v, v), "path": "; ".join(paths) or None,
             "cores": "/".join(str(c) for c in cores) or None, "seeds": len(runs),
@@ -368,3 +372,56 @@ def headline_rows(data: dict[str, list[dict[str, Any]]], minutes: float,
             "usd": {"values": to["usd"], "reached": to["reached"], "n": to["n"]},
             "return_at_min": {f"{p:g}": {"values": st["ret_at"][p]} for p in points}})
     return rows
+
+
+def equal_core_line(env: str, data: dict[str, list[dict[str, Any]]], minutes: float,
+                    target: float) -> list[str]:
+    """The results page's verdict under an env's headline table: Stellaris against the fastest
+    baseline to ``target`` among those whose records say they use as many cores as it does,
+    and its $ to the target against RLlib PPO's. Only runs that recorded their cores count
+    (older records hold the machine's, not the system's). Where a side missed the target, the
+    line says by how much (the best return its runs reached) instead of a ratio."""
+    def cores(v: str) -> set[int]:
+        return {int(r["facts"]["cores"]) for r in data.get(v, []) if r["facts"].get("cores")}
+
+    mine = cores("stellaris")
+    if len(mine) != 1:
+        return []
+    st = {v: stats(data[v], minutes, [target]) for v in data}
+    rivals = [v for v in BASELINES if v in data and cores(v) == mine]
+    if not rivals:
+        return []
+    head = f"vs best equal-core baseline, {env}: "
+
+    def missed(v: str) -> str:
+        to = st[v]["to"][target]
+        bests = [r["points"].get("best_return") for r in data[v]
+                 if r["points"]["to_target"].get(f"{target:g}") is None]
+        bests = [b for b in bests if b is not None]
+        text = (f"{LABELS.get(v, v)} reached {target:g} in {to['reached']} of {to['n']} "
+                f"{minutes:g}-minute runs")
+        if bests:
+            text += (f"; the best returns of those that missed: {_range(bests, '{:,.0f}')} "
+                     f"(up to {target - min(bests):,.0f} short)")
+        return text
+
+    def mean_t(v: str) -> float:
+        return sum(st[v]["to"][target]["t"]) / len(st[v]["to"][target]["t"])
+
+    whole = [v for v in rivals if st[v]["to"][target]["reached"] == st[v]["n"] > 0]
+    me = st["stellaris"]["to"][target]
+    if me["reached"] < st["stellaris"]["n"] or not me["reached"]:
+        return [head + "no ratio: " + missed("stellaris"), ""]
+    if not whole:
+        return [head + "no baseline reached it in every run: "
+                + "; ".join(missed(v) for v in rivals), ""]
+    best = min(whole, key=mean_t)
+    line = (f"{head}{mean_t(best) / max(mean_t('stellaris'), 1e-9):.1f}x faster to "
+            f"{target:g} than {LABELS.get(best, best)}")
+    rl = st.get("rllib", {}).get("to", {}).get(target)
+    if rl and rl["reached"] == rl["n"] > 0:
+        ratio = (sum(me["usd"]) / len(me["usd"])) / max(sum(rl["usd"]) / len(rl["usd"]), 1e-12)
+        line += f"; $ {ratio:.2f}x RLlib PPO's"
+    else:
+        line += "; $ vs RLlib PPO: n/a (" + (missed("rllib") if rl else "no RLlib PPO runs") + ")"
+    return [line, ""]

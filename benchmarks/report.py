@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.compare_analysis import TARGETS  # noqa: E402
-from benchmarks.compare_report import headline_rows  # noqa: E402
+from benchmarks.compare_report import equal_core_line, headline_rows  # noqa: E402
 from benchmarks.records import read_records, records_dir  # noqa: E402
 from benchmarks.report_render import (  # noqa: E402
     compare_block,
@@ -81,10 +81,12 @@ def headline(records: list[dict[str, Any]]) -> list[str]:
     for key, group in compare_groups([r for r in records if r["kind"] == "compare"]).items():
         env, budget, series = key
         target = max(TARGETS.get(env, [2000]))
-        rows = headline_rows(runs_of(group), budget, target)
+        data = runs_of(group)
+        rows = headline_rows(data, budget, target)
         title = f"{budget:g}-minute budget" + (f", `{series}`" if series else "")
         per_env[env].append((max(r["date"] for r in group), [
-            f"#### {title}", "", provenance(group), "", *headline_table(rows, target)]))
+            f"#### {title}", "", provenance(group), "", *headline_table(rows, target),
+            *equal_core_line(env, data, budget, target)]))
     for r in records:
         h = r.get("headline")
         if r["kind"] == "table" and h:
@@ -97,8 +99,8 @@ def headline(records: list[dict[str, Any]]) -> list[str]:
              "Time and $ to each env's top target: mean over the runs that reached it, with a "
              "95% percentile bootstrap interval of the mean in brackets (± is the sd where a "
              "transcribed table kept no per-run values); returns are mean ± sd of the last 100 "
-             "training episodes at that wall-clock time. Cores: the machine's, shared by "
-             "every process of a run.", ""]
+             "training episodes at that wall-clock time. Cores: those the system uses, where its "
+             "records say (the lean PPO: one), else the machine's.", ""]
     for env in sorted(per_env):
         lines += [f"### {env}", ""]
         for _, block in sorted(per_env[env], key=lambda b: b[0], reverse=True):  # newest first

@@ -111,13 +111,15 @@ def convert(scalars: dict[str, list[tuple[float, int, float]]], started_unix: fl
     ``wall_s`` from ``started_unix`` (this process's creation), its cost at that time; the
     summary at ``ended_s``, when SF2 had stopped."""
     log = _Replay(run_dir, config, log_interval_s=0.0, stop_at_return=stop_at_return)
-    lengths = dict((step, v) for _, step, v in scalars[LENGTH_TAG])
+    # SF2 writes the two in the same pass: a length belongs to the return written with it
+    lengths = scalars[LENGTH_TAG]
     last = None
     for wall, step, ret in scalars[RETURN_TAG]:
         log.now = max(0.0, wall - started_unix)
         log.env_steps = step
-        if step in lengths:
-            log.lengths = deque([int(round(lengths[step]))])
+        length = next((v for w, n, v in lengths if n == step and abs(w - wall) < 0.5), None)
+        if length is not None:
+            log.lengths = deque([int(round(length))])
         log.row(force=True, episodic_return=ret)
         last = ret
     if last is not None:

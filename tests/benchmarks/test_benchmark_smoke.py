@@ -41,6 +41,12 @@ def test_compare_runs_two_systems_records_each_run_and_the_page_shows_them(
         summary = json.loads((run / "summary.json").read_text())
         assert summary["cost"]["total_usd"] > 0
     assert rc == 0
+    # every clock from process start: the lean PPO's own; Stellaris' measured and added back
+    lean_bench = json.loads((root / "lean" / "seed1" / "bench.json").read_text())
+    stell_bench = json.loads((root / "stellaris_backend=inline_" / "seed1" / "bench.json").read_text())
+    assert lean_bench["clock_offset_s"] == 0.0 and lean_bench["cores"] == 1
+    assert 0.5 < stell_bench["clock_offset_s"] < stell_bench["elapsed_s"]
+    assert stell_bench["cores"] == 2
     stell = json.loads((root / "stellaris_backend=inline_" / "seed1" / "summary.json").read_text())
     # one learner publishes its updates (the default): data staleness, no gradients
     assert stell["staleness_hist"]["traj"] and "traj" in stell["staleness_mean"]
@@ -70,13 +76,16 @@ def test_compare_runs_two_systems_records_each_run_and_the_page_shows_them(
     assert recs["stellaris[backend=inline]"]["path"] == PUBLISHING
     assert recs["lean"]["path"] is None
     assert recs["stellaris[backend=inline]"]["summary"]["staleness"]["traj"]["n"] > 0
+    # the record's wall time is on the clock from process start (the run's own plus the offset)
+    assert recs["stellaris[backend=inline]"]["summary"]["wall_s"] == pytest.approx(
+        stell["wall_s"] + stell_bench["clock_offset_s"])
 
     page = tmp_path / "results.md"
     assert report.main(["--records", str(records), "--out", str(page)]) == 0
     text = page.read_text()
     steps = recs["lean"]["summary"]["env_steps"]
     assert "### CartPole-v1" in text and "#### 0.13-minute budget, `out`" in text
-    assert f"| lean PPO | n/a (baseline) | {recs['lean']['machine']['cpu_count']} | 1 |" in text
+    assert "| lean PPO | n/a (baseline) | 1 | 1 |" in text  # the cores it uses, not the machine's
     assert f"| stellaris[backend=inline] | {PUBLISHING} |" in text
     assert "speedup vs lean PPO:" in text and "| system | entropy at" in text
     assert f"{recs['lean']['summary']['sps']:.0f}" in text and steps > 0
