@@ -1,7 +1,9 @@
-"""Invoke functions through the AWS Lambda API with boto3: real AWS or the local runtime.
+"""Invoke functions through the AWS Lambda API: real AWS or the local runtime.
 
-The same code targets both; only ``endpoint_url`` differs. Connections are pooled (one client,
-``max_pool_connections`` sized to the invocations in flight). Billed duration comes from the
+The same code targets both; only ``endpoint_url`` differs. A boto3 client checks the functions
+and resolves the endpoint and credentials; each invocation is one signed request over a pooled
+connection sized to the invocations in flight (invoke_http.py: boto3's per-call machinery cost
+the orchestrator more CPU than the rest of a rollout's bookkeeping). Billed duration comes from the
 ``REPORT`` line of the tail log when the endpoint sends one (Lambda's own meter), else from the
 client's stopwatch.
 """
