@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from store.connection import Store
-from store.errors import ClusterUrlNeeded, InvalidStoreUrl
+from store.errors import ClusterUrlNeeded, InvalidStoreUrl, StoreUnavailable
 from store.keys import RunKeys
 from store.urls import redact
 
@@ -97,7 +97,9 @@ def probe(url: str, run_id: str, timeout_s: float = 3.0) -> dict[str, Any]:
         report["ok"] = True
     except Exception as exc:  # noqa: BLE001 - the report is the answer, whatever went wrong
         report["kind"] = classify(exc)
-        report["error"] = f"{type(exc).__name__}: {exc}"
+        # StoreUnavailable repeats the URL the report already has: keep what it wraps
+        shown = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+        report["error"] = f"{type(shown).__name__}: {shown}"
     finally:
         if store is not None:
             store.close()
