@@ -15,10 +15,11 @@ learner learns, so the data lags one update as before.
 from __future__ import annotations
 
 import math
+import queue
 import time
 import uuid
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,11 +72,17 @@ class AsyncTrainer(Trainer):
         actors: dict[Future[InvocationResult], _Actor] = {}
         learners: dict[Future[InvocationResult], _Learner] = {}
         pending: deque[_Traj] = deque()
+        # Invocations put themselves here when they finish: the loop takes the finished ones
+        # in O(1), where wait() walked every future in flight at each completion, O(actors)
+        # of the dispatcher's CPU per rollout (docs/scale.md).
+        self._finished: queue.SimpleQueue[Future[InvocationResult]] = queue.SimpleQueue()
         # Compiling starts now, beside the first rollouts; no update starts before it is done,
         # so the first one runs in the environment it warmed.
         self._warming = self.submit_warmup(
             math.ceil(cfg.learner_job_steps / cfg.rollout_env_steps) * cfg.rollout_env_steps,
             "update" if cfg.publishing_learner else "gradient", self.job_hyper())
+        if self._warming is not None:
+            self._warming.add_done_callback(self._finished.put)
         try:
             while not self.done():
                 if self.applier.error is not None:
@@ -111,22 +118,18 @@ class AsyncTrainer(Trainer):
                         if hold > 0:
                             break
                     self._submit_actor(actors, rollout)
-                futures = list(actors) + list(learners)
-                if self._warming is not None:
-                    futures.append(self._warming)
-                if not futures:
+                if not actors and not learners and self._warming is None:
                     time.sleep(0.5)  # store down, nothing in flight: wait for the next check
                     self.periodic(self._extra(0, 0))
                     continue
                 timeout = min(0.5, hold) if hold > 0 else 0.5
-                done, _ = wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
-                for fut in done:
+                for fut in self._take_finished(timeout):
                     if fut is self._warming:
                         self.on_warmup(fut.result())
                         self._warming = None
                     elif fut in actors:
                         self._on_actor(fut.result(), actors.pop(fut), actors, pending)
-                    else:
+                    elif fut in learners:
                         job = learners.pop(fut)
                         res = fut.result()
                         self.pacer.learner_done(fut, time.monotonic(), ok=res.ok,
@@ -151,10 +154,24 @@ class AsyncTrainer(Trainer):
         return summary
 
     # -- dispatcher ---------------------------------------------------------------------------
+    def _take_finished(self, timeout: float) -> list[Future[InvocationResult]]:
+        """The invocations finished by now: waits up to ``timeout`` for the first, then takes
+        whatever else has finished meanwhile (none: the timeout passed)."""
+        try:
+            done = [self._finished.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                done.append(self._finished.get_nowait())
+            except queue.Empty:
+                return done
+
     def _submit_actor(self, actors: dict[Future[InvocationResult], _Actor], rollout: Rollout,
                       attempts: int = 1) -> None:
         fut = self.invoker.submit("actor", self.actor_event(n_envs=rollout.envs))
         actors[fut] = _Actor(time.monotonic(), rollout, attempts)
+        fut.add_done_callback(self._finished.put)
         if rollout.filler:
             self.counters.filler_rollouts += 1
 
@@ -163,6 +180,7 @@ class AsyncTrainer(Trainer):
         fut = self.invoker.submit("learner", job.event)
         learners[fut] = job
         self.pacer.learner_started(fut, time.monotonic())
+        fut.add_done_callback(self._finished.put)
 
     def _on_actor(self, res: InvocationResult, job: _Actor,
                   actors: dict[Future[InvocationResult], _Actor], pending: deque[_Traj]) -> None:
