@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.events import LearnerEvent
-from functions.hyper import PPOHyper
 from orchestrator.aggregator import StalenessAggregator
 from orchestrator.aggregator_thread import GROUP, AggregatorThread
 from orchestrator.invokers.base import InvocationResult
@@ -80,7 +79,7 @@ class AsyncTrainer(Trainer):
         # so the first one runs in the environment it warmed.
         self._warming = self.submit_warmup(
             math.ceil(cfg.learner_job_steps / cfg.rollout_env_steps) * cfg.rollout_env_steps,
-            "update" if cfg.publishing_learner else "gradient", self.job_hyper())
+            "update" if cfg.publishing_learner else "gradient", self.learner_hyper())
         if self._warming is not None:
             self._warming.add_done_callback(self._finished.put)
         try:
@@ -223,12 +222,6 @@ class AsyncTrainer(Trainer):
             self.filler_envs = best
             self.counters.filler_resizes += 1
 
-    def job_hyper(self) -> PPOHyper:
-        """One learner invocation's hyper-parameters: its share of the round's minibatches."""
-        n = self.cfg.learner_job_minibatches
-        return self.learner_hyper(num_minibatches=n) if n != self.cfg.hyper.num_minibatches \
-            else self.learner_hyper()
-
     def _dispatch_learners(self, learners: dict[Future[InvocationResult], _Learner],
                            pending: deque[_Traj]) -> None:
         cfg = self.cfg
@@ -245,7 +238,7 @@ class AsyncTrainer(Trainer):
                 # previews only help actors that look for newer weights mid-rollout
                 previews = (cfg.experimental.learner_previews
                             and cfg.experimental.actor_refresh_steps > 0)
-                event = self.update_event([t.traj_id for t in batch], v_now, self.job_hyper(),
+                event = self.update_event([t.traj_id for t in batch], v_now, self.learner_hyper(),
                                           previews=previews)
                 self._submit_learner(learners, _Learner(event, batch))
                 continue
@@ -257,7 +250,7 @@ class AsyncTrainer(Trainer):
                 run_id=self.rs.run_id, redis_url=self.redis_url, mode="gradient",
                 invocation_id=f"l-{uuid.uuid4().hex[:16]}", trajectory_ids=[t.traj_id for t in batch],
                 hold_lease_s=(cfg.function_timeout_s + 60.0) if live else None,
-                hyper=self.job_hyper(), device=cfg.device, seed=self.next_seed(),
+                hyper=self.learner_hyper(), device=cfg.device, seed=self.next_seed(),
                 lookahead=cfg.lookahead,
                 master_adam_betas=(cfg.experimental.master_adam_beta1, 0.999),
                 gradients_per_message=cfg.grads_per_message,

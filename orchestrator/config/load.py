@@ -26,7 +26,8 @@ class ConfigError(ValueError):
 # The preset's fields sit below the TOML file, env vars and flags (any of which may name it).
 PRESETS: dict[str, dict[str, Any]] = {
     # A round is one wave of the 16 actors (4,096 env steps), shared by the 4 learners;
-    # minibatches of 64 samples as the default's 2,048 / 32 (decisions.md#share-batch).
+    # a round's minibatch is 64 samples as the default's 2,048 / 32, 16 from each learner
+    # (decisions.md#share-batch).
     "paper": {"mode": "async", "actors": 16, "n_envs": 1, "rollout_steps": 256, "learners": 4,
               "learner_batch_steps": 4096,
               "aggregation": {"staleness_weights": True, "bound_decay": True,

@@ -32,8 +32,8 @@ class AggregationConfig(BaseModel):
     drop_staleness: int | None = Field(
         None, ge=1, description="delta_drop: drop (and count) gradients staler than this.")
     share_batch: bool = Field(
-        True, description="Learners in flight share a round's batch: learner_batch_steps / "
-        "learners each, same minibatch size (decisions.md#share-batch).")
+        True, description="Learners in flight share a round's batch and its minibatches: 1/"
+        "learners of each per learner (decisions.md#share-batch).")
 
     def h_max(self, learners: int) -> int:
         """H_max resolved: ``buffer_max``, else one gradient per learner in flight."""

@@ -238,19 +238,14 @@ class TrainConfig(BaseModel):
     @property
     def learner_job_steps(self) -> int:
         """Env steps one async learner invocation takes. Several aggregated learners share a
-        round's ``learner_batch_steps`` (``aggregation.share_batch``), in whole rollouts: a
-        whole batch each would let the policy move ``learners`` rounds while each batch is
-        learned, and its data wait as long (decisions.md#share-batch)."""
+        round's ``learner_batch_steps`` (``aggregation.share_batch``), in whole rollouts, each
+        cut into the round's ``num_minibatches``: ``learners`` gradients aggregated are one
+        step on a round's minibatch, as in data-parallel PPO. A whole batch each let the
+        policy move ``learners`` rounds while each was learned (decisions.md#share-batch)."""
         if self.publishing_learner or self.learners == 1 or not self.aggregation.share_batch:
             return self.learner_batch_steps
         rollouts = math.ceil(self.learner_batch_steps / self.learners / self.rollout_env_steps)
         return max(1, rollouts) * self.rollout_env_steps
-
-    @property
-    def learner_job_minibatches(self) -> int:
-        """``num_minibatches`` of one learner invocation: the round's minibatch size kept."""
-        share = self.learner_job_steps / self.learner_batch_steps
-        return max(1, round(self.hyper.num_minibatches * share))
 
     @property
     def steps_ahead(self) -> int:

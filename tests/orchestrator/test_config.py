@@ -122,21 +122,21 @@ def test_resolved_values_follow_the_learners() -> None:
 
 def test_aggregated_learners_share_a_rounds_batch() -> None:
     paper = load_config(None, {"minutes": 1, "preset": "paper"})
-    # a round is one wave of the 16 actors; each of the 4 learners takes a quarter of it at
-    # the round's minibatch size (64 samples), and the actors sample one round ahead
+    # a round is one wave of the 16 actors; each of the 4 learners takes a quarter of it, cut
+    # into the round's 64 minibatches (16 samples: four aggregated make one of 64), and the
+    # actors sample one round ahead
     assert (paper.learner_batch_steps, paper.learner_job_steps) == (4096, 1024)
-    assert paper.learner_job_minibatches == 16 and paper.hyper.num_minibatches == 64
+    assert paper.hyper.num_minibatches == 64 and paper.h_max == 4
     assert paper.steps_ahead == 4096 and paper.actors_fed == paper.actors == 16
     whole = load_config(None, {"minutes": 1, "preset": "paper",
                                "aggregation": {"share_batch": False}})
-    assert (whole.learner_job_steps, whole.learner_job_minibatches) == (4096, 64)
+    assert whole.learner_job_steps == 4096 and whole.steps_ahead == 4 * 4096
     # shares are whole rollouts: one of 2,048 steps cannot be split four ways
     coarse = load_config(None, {"minutes": 1, "learners": 4})
     assert coarse.learner_job_steps == coarse.rollout_env_steps == 2048
     odd = load_config(None, {"minutes": 1, "learners": 3, "n_envs": 1, "rollout_steps": 256})
-    assert odd.learner_job_steps == 768 and odd.learner_job_minibatches == 12  # 2,048 / 3, up
-    one = load_config(None, {"minutes": 1})
-    assert (one.learner_job_steps, one.learner_job_minibatches) == (2048, 32)
+    assert odd.learner_job_steps == 768  # 2,048 / 3, rounded up to whole rollouts
+    assert load_config(None, {"minutes": 1}).learner_job_steps == 2048
 
 
 def test_the_aggregator_reads_the_config_section() -> None:
