@@ -309,7 +309,7 @@ def preface(cmd: str, a: argparse.Namespace) -> list[str]:
         "run's price table; the baselines pay one 2-vCPU instance (c6i.large) for the "
         "wall time. Returns are the mean of the last 100 training episodes. Clocks start at "
         "each run's process start (imports, compilation, the local runtime's, Ray's and the "
-        "algorithm's start-up on the clock), for runs recorded from commit 8d3c7a4 on; "
+        "algorithm's start-up on the clock), for runs recorded from commit e4a1644 on; "
         "earlier runs' clocks started after start-up.", ""]
 
 
