@@ -3,7 +3,8 @@
     stellaris deploy --target aws --region us-east-1 --image-uri <acct>.dkr.ecr.<r>.amazonaws.com/stellaris:1 \\
         --redis-url redis://my-cache:6379/0 [--role ARN] [--dry-run] [--json]
     stellaris deploy --target aws --export DIR [--image-uri URI] (a CloudFormation template, offline)
-    stellaris deploy --target local --endpoint-url http://127.0.0.1:9000 [--redis-url URL]
+    stellaris deploy --target local --endpoint-url http://127.0.0.1:9000 [--redis-url URL] \\
+        [--env-package PATH ...]
     stellaris destroy --target aws|local [--all]
     stellaris up                              (redis + local runtime + functions, until Ctrl-C)
     stellaris redis serve --port 6379         (a redis-server without Docker)
@@ -95,6 +96,12 @@ def deploy_parser() -> argparse.ArgumentParser:
                    help="the image's architecture (default: Lambda's, x86_64)")
     p.add_argument("--repository-only", action="store_true",
                    help="only ensure the ECR repository (before the first docker push)")
+    p.add_argument("--env-package", action="append", default=[], metavar="PATH",
+                   help="local target: a custom env's package folder (the one holding its "
+                        "__init__.py) to ship at the root of the functions' zip, so "
+                        "--env <package>.<module>:<EnvId> runs there; repeatable. The aws "
+                        "target ships an image: COPY the package into it instead "
+                        "(deploy/Dockerfile.function)")
     p.add_argument("--export", metavar="DIR",
                    help="aws target: write a CloudFormation template of everything a run needs "
                         "(functions, role, logs, security groups, ElastiCache) with its "
@@ -170,13 +177,20 @@ def cmd_deploy(argv: list[str]) -> int:
     specs = function_specs(args.prefix, args.actor_memory_mb, args.learner_memory_mb, args.timeout_s,
                            env, evaluator_memory_mb=args.evaluator_memory_mb,
                            reserved_concurrency=reserved)
+    if args.env_package and args.target != "local":
+        # Lambda runs our image, not a zip: the package must be in the image.
+        raise DeployError("--env-package ships in the local target's zip; on AWS the functions "
+                          "run the image, so build it with the package copied in (COPY <pkg>/ "
+                          "${LAMBDA_TASK_ROOT}/<pkg>/ in deploy/Dockerfile.function, see "
+                          "docs/deploy.md) and deploy without --env-package")
     if args.export:
         return _export(args, specs)
+    code = build_function_zip(env_packages=args.env_package) if args.target == "local" else None
     endpoint = _endpoint(args)
     clients = make_clients(args.target, args.region, endpoint)
-    if args.target == "local":
+    if code is not None:
         try:
-            plan = plan_local(clients["lambda"], specs, build_function_zip(), LOCAL_ROLE, endpoint)
+            plan = plan_local(clients["lambda"], specs, code, LOCAL_ROLE, endpoint)
         except EndpointUnreachable:
             raise EndpointUnreachable(
                 f"local runtime unreachable at {endpoint}: start it with `stellaris runtime serve` "
