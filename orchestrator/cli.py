@@ -1,8 +1,8 @@
 """The ``stellaris`` command line.
 
     stellaris train --env Hopper-v5 --mode async --backend local --minutes 3
-    stellaris evaluate runs/<run_id> [--episodes 10] [--video DIR]
-    stellaris plot runs/a runs/b [--out DIR]
+    stellaris evaluate runs/<run_id> [--episodes 10] [--video DIR]   (or s3://bucket/prefix)
+    stellaris plot runs/a s3://bucket/runs/b [--out DIR]
     stellaris runtime serve [--port 9000]       (the local Lambda runtime)
 """
 
@@ -192,7 +192,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from orchestrator.evaluate import evaluate_run
 
     try:
-        out = evaluate_run(Path(args.run), episodes=args.episodes, seed=args.seed,
+        out = evaluate_run(args.run, episodes=args.episodes, seed=args.seed,
                            video_dir=args.video, best=args.best)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -205,8 +205,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from orchestrator.plot import plot_runs
 
     try:
-        paths = plot_runs([Path(r) for r in args.runs], Path(args.out))
-    except FileNotFoundError as exc:
+        paths = plot_runs(args.runs, Path(args.out))
+    except (FileNotFoundError, ValueError) as exc:  # RunDirError: a bad or unreachable s3:// run
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for p in paths:
@@ -219,13 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     ev = sub.add_parser("evaluate", help="deterministic episodes of a run's checkpoint")
-    ev.add_argument("run", help="the run folder (runs/<run_id>)")
+    ev.add_argument("run", help="the run folder (runs/<run_id>), or s3://bucket/prefix of one "
+                                "trained with --run-dir s3://... (copied, then deleted)")
     ev.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     ev.add_argument("--seed", type=int, default=12345, help="seed of the first episode's env")
     ev.add_argument("--best", action="store_true", help="the best checkpoint instead of the latest")
     ev.add_argument("--video", help="record videos into this folder (needs rendering)")
     pl = sub.add_parser("plot", help="figures of runs side by side")
-    pl.add_argument("runs", nargs="+", help="run folders to draw together")
+    pl.add_argument("runs", nargs="+", help="run folders to draw together (paths or "
+                                            "s3://bucket/prefix)")
     pl.add_argument("--out", default="figures", help="folder for the figures (default figures)")
     sub.add_parser("runtime", help="the local Lambda runtime: stellaris runtime serve --help")
     sub.add_parser("deploy", help="deploy the functions: stellaris deploy --help")

@@ -1,4 +1,5 @@
-"""``stellaris evaluate RUN``: deterministic episodes of a checkpoint, optionally on video."""
+"""``stellaris evaluate RUN``: deterministic episodes of a checkpoint, optionally on video.
+RUN is a run folder or an ``s3://bucket/prefix`` one (orchestrator/run_reader.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,19 @@ import torch
 from functions.envs import make_env
 from functions.policy import build_policy, load_policy_tensors, normalize_obs
 from orchestrator.checkpoint import Checkpointer
+from orchestrator.run_reader import readable_run
 
 
-def evaluate_run(run_dir: Path, episodes: int = 10, seed: int = 12345, video_dir: str | None = None,
-                 best: bool = False) -> dict[str, Any]:
-    if not Path(run_dir).exists():
-        raise FileNotFoundError(f"run folder {run_dir} does not exist")
-    ck = Checkpointer(run_dir)
-    found = ck.load(ck.dir / "best.safetensors") if best and (ck.dir / "best.safetensors").exists() else ck.latest()
-    if found is None:
-        raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints")
+def evaluate_run(run_dir: str | Path, episodes: int = 10, seed: int = 12345,
+                 video_dir: str | None = None, best: bool = False) -> dict[str, Any]:
+    with readable_run(run_dir) as local:
+        if not local.exists():
+            raise FileNotFoundError(f"run folder {run_dir} does not exist")
+        ck = Checkpointer(local)
+        best_file = ck.dir / "best.safetensors"
+        found = ck.load(best_file) if best and best_file.exists() else ck.latest()
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint in {str(run_dir).rstrip('/')}/checkpoints")
     tensors, meta = found
     model = build_policy(meta["policy_meta"])
     obs_rms, _ = load_policy_tensors(model, tensors)

@@ -1,15 +1,19 @@
-"""Figures of one or more runs side by side: return vs wall-clock, vs env steps, vs $, and cost."""
+"""Figures of one or more runs side by side: return vs wall-clock, vs env steps, vs $, and cost.
+Each run is a run folder or an ``s3://bucket/prefix`` one (orchestrator/run_reader.py)."""
 
 from __future__ import annotations
 
 import csv
 import json
+from contextlib import ExitStack
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
+
+from orchestrator.run_reader import readable_run  # noqa: E402
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[float]]:
@@ -34,10 +38,21 @@ def _label(run_dir: Path) -> str:
     return Path(run_dir).name
 
 
-def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def plot_runs(run_dirs: list[str | Path], out_dir: Path) -> list[Path]:
+    with ExitStack() as stack:
+        # every run is read (and an S3 one copied) before anything is drawn or written
+        local = []
+        for run in run_dirs:
+            path = stack.enter_context(readable_run(run))
+            if not (path / "metrics.csv").exists():  # named as given, not as copied
+                raise FileNotFoundError(f"no metrics.csv in {run}")
+            local.append(path)
+        return _plot(local, Path(out_dir))
+
+
+def _plot(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     data = {Path(r): read_metrics(Path(r)) for r in run_dirs}
+    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for x, xlabel in (("wall_s", "wall-clock (s)"), ("env_steps", "environment steps"),
                       ("cost_usd", "cost (USD)")):

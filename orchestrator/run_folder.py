@@ -207,6 +207,13 @@ class S3RunFolder:
     def open(self) -> None:
         """Check the bucket, then make the staging folder a copy of the S3 folder (a resumed
         run finds its checkpoint), and start the uploader."""
+        self.mirror()
+        self._thread = threading.Thread(target=self._uploader, name="run-folder-s3", daemon=True)
+        self._thread.start()
+
+    def mirror(self) -> None:
+        """Check the bucket and make the staging folder a copy of the S3 folder; uploads
+        nothing (``stellaris evaluate`` and ``plot`` read a run this way)."""
         self._call("opening", self.client.head_bucket, Bucket=self.location.bucket)
         listing = self._list()
         self._set_aside_unsynced(listing)
@@ -223,8 +230,6 @@ class S3RunFolder:
             tmp.replace(dest)
             self._sent[rel] = _stamp(dest)
         self._remote = {rel: obj["Size"] for rel, obj in listing.items()}
-        self._thread = threading.Thread(target=self._uploader, name="run-folder-s3", daemon=True)
-        self._thread.start()
 
     def _set_aside_unsynced(self, listing: dict[str, dict[str, Any]]) -> None:
         """A staging folder holding files S3 lacks (a final upload that failed, another run)

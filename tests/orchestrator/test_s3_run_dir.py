@@ -10,20 +10,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import numpy as np
 import pytest
-from moto.server import ThreadedMotoServer
 
 from orchestrator.checkpoint import Checkpointer
 from orchestrator.config import load_config
 from orchestrator.run import PreflightError, train
 from orchestrator.run_folder import RunDirError, S3Location, S3RunFolder, open_folder
-from store import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {
@@ -32,26 +29,6 @@ TINY = {
     "progress": "none", "checkpoint_interval_s": 0.01, "keep_checkpoints": 2,
     "hyper": {"update_epochs": 2, "num_minibatches": 4},
 }
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    port = free_port("127.0.0.1")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture()
-def aws(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """boto3 pointed at moto by its own settings (no code path of ours knows it is a test)."""
-    env = {"AWS_ENDPOINT_URL_S3": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return env
 
 
 def _bucket(name: str) -> str:
