@@ -139,8 +139,33 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
+# What a run writes in its folder; ``--restart`` sets the previous run's aside.
+RUN_FILES = ("config.json", "summary.json", "metrics.csv", "applied_gradients.log",
+             "runtime.log", "checkpoints", "tb", "figures")
+
+
+def set_aside_previous(run_dir: Path) -> Path | None:
+    """``--restart``: move the previous run's files into ``previous-<UTC time>/`` (nothing is
+    lost), so the new run's metrics, checkpoints and summary hold only its own rows — appended
+    to the old ones, a curve read at N env steps found the old run's row first."""
+    present = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
+    if not present:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest, n = run_dir / f"previous-{stamp}", 1
+    while dest.exists():
+        n += 1
+        dest = run_dir / f"previous-{stamp}-{n}"
+    dest.mkdir()
+    for path in present:
+        path.rename(dest / path.name)
+    return dest
+
+
 def _train_in(cfg: TrainConfig, run_id: str, folder: RunFolder, store: Store) -> dict[str, Any]:
     run_dir = folder.path
+    if cfg.restart and (aside := set_aside_previous(run_dir)) is not None:
+        print(f"--restart: the previous run's files are in {aside}", file=sys.stderr)
     (run_dir / "config.json").write_text(json.dumps(
         {**cfg.public_dict(), "run_id": run_id, "run_dir": folder.url}, indent=2))
     rs = RunStore(store, run_id, keep_versions=cfg.experimental.keep_versions)

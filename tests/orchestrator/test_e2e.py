@@ -222,3 +222,11 @@ def test_resume_after_killing_the_orchestrator(tmp_path: Path, redis_url: str) -
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] < before["env_steps"] + 2048
+    # ... in a clean folder: its metrics start at zero, the previous run's are set aside whole
+    with open(run_dir / "metrics.csv") as fh:
+        steps = [int(float(r["env_steps"])) for r in csv.DictReader(fh)]
+    assert steps == sorted(steps) and steps[-1] <= 1024 + 512
+    (aside,) = run_dir.glob("previous-*")
+    with open(aside / "metrics.csv") as fh:
+        assert max(int(float(r["env_steps"])) for r in csv.DictReader(fh)) >= before["env_steps"] + 2048
+    assert (aside / "checkpoints" / "metadata.json").exists()
