@@ -231,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             r = res["row"]
             print(f"{p.policy} actors={p.actors} learners={p.learners}: "
                   f"{r['rollouts_s']:.0f} rollouts/s, {r['gradients_s']:.0f} grads/s, "
-                  f"orchestrator {r['orch_cpu']:.0%}, redis {r['redis_cpu']:.0%}, "
-                  f"actors busy {r['actor_use'] or 0:.0%} ({time.monotonic() - t0:.0f} s)",
+                  f"orchestrator {r['orch_cpu']:.0%}, redis {_pct(r['redis_cpu'])}, "
+                  f"actors busy {_pct(r['actor_use'])} ({time.monotonic() - t0:.0f} s)",
                   flush=True)
     finally:
         if redis is not None:
@@ -258,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
                                 "redis_commands": r["redis_commands"]} for r in results]})
         print(f"wrote {path}")
     return 0
+
+
+def _pct(x: float | None) -> str:
+    """A share as a percentage; n/a where it was not measured (a Redis elsewhere, the
+    functions' timings on Ray or Lambda)."""
+    return "n/a" if x is None else f"{x:.0%}"
 
 
 def _local_redis_pid(url: str) -> int | None:

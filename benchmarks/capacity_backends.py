@@ -24,7 +24,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.invokers.ray_ import RayInvoker, code_runtime_env  # noqa: E402
+from orchestrator.invokers.ray_ import (  # noqa: E402
+    RayInvoker,
+    cluster_address,
+    code_runtime_env,
+    fit_to_job,
+    job_runtime_env,
+)
 
 
 def _synthetic_call(function: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -47,9 +53,15 @@ class SyntheticRayInvoker(RayInvoker):
 
     def __init__(self, address: str | None, max_in_flight: int) -> None:
         env = None
-        if address:  # a cluster's workers get the benchmarks package too
+        # a cluster's workers (--ray-address, or RAY_ADDRESS as a Ray Job's driver has it) get
+        # the benchmarks package too; a local Ray's import it from this checkout
+        if cluster_address(address):
             env = code_runtime_env()
             env["py_modules"] = [*env["py_modules"], str(REPO / "benchmarks")]
+            # its code only: benchmarks/out holds the capacity points' own run folders (this
+            # run's among them) and records/ the results, neither of which a worker reads
+            env["excludes"] = [*env["excludes"], "/out", "/records"]
+            env = fit_to_job(env, job_runtime_env())
         super().__init__(address, max_in_flight, runtime_env=env)
 
     def start(self) -> None:
