@@ -1,4 +1,4 @@
-"""Local Lambda runtime benchmark (issue 3).
+"""Local Lambda runtime benchmark.
 
 Measures, in one run: warm invoke latency (p50/p99) of a no-op handler through boto3 and
 through httpx next to a bare uvicorn echo endpoint (the floor, same clients); throughput with
