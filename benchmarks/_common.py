@@ -16,6 +16,7 @@ the budget and the time to a target, as they do for a user (``clock_origin`` in 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -162,3 +163,24 @@ def read_curve(run_dir: str | os.PathLike[str]) -> dict[str, list[float]]:
 def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run_dir) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def runner_parser(doc: str | None, seed_help: str) -> argparse.ArgumentParser:
+    """The flags every baseline runner shares: env, seed, budget, early stop, run folder
+    (``parse_budgeted`` checks that a budget was given)."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    p.add_argument("--env", default="Hopper-v5", help="gymnasium env id")
+    p.add_argument("--seed", type=int, default=1, help=seed_help)
+    p.add_argument("--minutes", type=float, help="wall-clock budget from process start")
+    p.add_argument("--total-steps", type=int, help="env-step budget")
+    p.add_argument("--stop-at-return", type=float,
+                   help="also stop once the mean return of the last 100 episodes reaches this")
+    p.add_argument("--out", required=True, help="run folder")
+    return p
+
+
+def parse_budgeted(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    a = p.parse_args(argv)
+    if a.minutes is None and a.total_steps is None:
+        p.error("give --minutes or --total-steps")
+    return a

@@ -18,7 +18,6 @@ process's start.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import rllib_ppo  # noqa: E402  (sets Ray's environment before Ray loads)
+from benchmarks._common import parse_budgeted, runner_parser  # noqa: E402
 
 N_ENV_RUNNERS, ENVS_PER_RUNNER, FRAGMENT = 2, 8, 512
 # halfcheetah_appo.py's .training(...), less its GPU loader threads (no GPU here)
@@ -67,17 +67,8 @@ def train(env_id: str, seed: int, out_dir: str, minutes: float | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--env", default="Hopper-v5", help="gymnasium env id")
-    p.add_argument("--seed", type=int, default=1, help="RLlib's seed")
-    p.add_argument("--minutes", type=float, help="wall-clock budget from process start")
-    p.add_argument("--total-steps", type=int, help="env-step budget")
-    p.add_argument("--stop-at-return", type=float,
-                   help="also stop once the mean return of the last 100 episodes reaches this")
-    p.add_argument("--out", required=True, help="run folder")
-    a = p.parse_args(argv)
-    if a.minutes is None and a.total_steps is None:
-        p.error("give --minutes or --total-steps")
+    p = runner_parser(__doc__, "RLlib's seed")
+    a = parse_budgeted(p, argv)
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.stop_at_return)
     print(f"RLlib APPO {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "

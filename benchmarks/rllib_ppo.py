@@ -60,7 +60,13 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import gymnasium as gym  # noqa: E402
 
-from benchmarks._common import RunLog, _fmt, since_process_start  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    RunLog,
+    _fmt,
+    parse_budgeted,
+    runner_parser,
+    since_process_start,
+)
 from functions.hyper import PPOHyper  # noqa: E402
 from functions.ppo import LR_FLOOR  # noqa: E402
 
@@ -320,11 +326,7 @@ def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--env", default="Hopper-v5", help="gymnasium env id")
-    p.add_argument("--seed", type=int, default=1, help="RLlib's seed")
-    p.add_argument("--minutes", type=float, help="wall-clock budget from process start")
-    p.add_argument("--total-steps", type=int, help="env-step budget")
+    p = runner_parser(__doc__, "RLlib's seed")
     p.add_argument("--n-envs", type=int, default=8, help="envs over all env runners")
     p.add_argument("--rollout-steps", type=int, default=256, help="rollout fragment length")
     p.add_argument("--num-env-runners", type=int, default=2, help="sampling processes")
@@ -333,15 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hyper", action="append", default=[], metavar="KEY=VALUE",
                    help="a PPOHyper field, e.g. --hyper ent_coef=0.005 (repeatable); those RLlib "
                    "has no counterpart for (the IS correction, value clipping) are refused")
-    p.add_argument("--stop-at-return", type=float,
-                   help="also stop once the mean return of the last 100 episodes reaches this")
     p.add_argument("--norm", action="store_true",
                    help="rllib-norm: rewards normalised (and clipped) in the env and the "
                    f"adaptive KL penalty with kl_target {KL_TARGET} (the module's docstring)")
-    p.add_argument("--out", required=True, help="run folder")
-    a = p.parse_args(argv)
-    if a.minutes is None and a.total_steps is None:
-        p.error("give --minutes or --total-steps")
+    a = parse_budgeted(p, argv)
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
               a.num_env_runners, hyper=_hyper(p, a.hyper), anneal_lr_steps=a.anneal_lr_steps,
               stop_at_return=a.stop_at_return, norm=a.norm)

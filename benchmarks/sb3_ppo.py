@@ -27,7 +27,6 @@ Episodes' returns are the raw env's (the ``Monitor`` ``make_vec_env`` puts on ea
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import RunLog, since_process_start  # noqa: E402
+from benchmarks._common import RunLog, parse_budgeted, runner_parser, since_process_start  # noqa: E402
 
 N_ENVS = 2  # one env process per core
 # rl-baselines3-zoo, hyperparams/ppo.yml (tuned MuJoCo entries); n_steps is per env, the zoo's
@@ -135,19 +134,10 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--env", default="Hopper-v5", help="gymnasium env id")
-    p.add_argument("--seed", type=int, default=1, help="SB3's and the envs' seed")
-    p.add_argument("--minutes", type=float, help="wall-clock budget from process start")
-    p.add_argument("--total-steps", type=int, help="env-step budget")
+    p = runner_parser(__doc__, "SB3's and the envs' seed")
     p.add_argument("--settings", choices=["zoo", "ours"], default="zoo",
                    help="rl-baselines3-zoo's tuned hyper-parameters (default) or our PPOHyper's")
-    p.add_argument("--stop-at-return", type=float,
-                   help="also stop once the mean return of the last 100 episodes reaches this")
-    p.add_argument("--out", required=True, help="run folder")
-    a = p.parse_args(argv)
-    if a.minutes is None and a.total_steps is None:
-        p.error("give --minutes or --total-steps")
+    a = parse_budgeted(p, argv)
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.settings, a.stop_at_return)
     print(f"SB3 PPO ({a.settings}) {a.env} seed {a.seed}: {s['env_steps']} steps in "
           f"{s['wall_s']:.1f} s ({s['sps']:.0f}/s), return {s['mean_return']}, "
