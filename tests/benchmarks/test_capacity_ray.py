@@ -5,11 +5,8 @@ window) through a real Ray head (`ray start --head`, its own process group) join
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,27 +15,12 @@ REPO = Path(__file__).resolve().parents[2]
 # tests/deploy/procs.py: processes in their own session, stopped by their group
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
-from procs import process_env, read_until, start, stop  # noqa: E402
-
-RAY_CLI = str(Path(sys.executable).parent / "ray")  # the venv's, whatever PATH holds
+from procs import ray_head  # noqa: E402
 
 
 @pytest.mark.timeout(180)
 def test_one_point_on_a_ray_head(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # a throwaway loopback cluster without Ray's token auth (tests/deploy/test_ray_backend.py)
-    env = process_env({"RAY_AUTH_MODE": "disabled"})
-    env.pop("RAY_ADDRESS", None)
-    temp = tempfile.mkdtemp(prefix="capray-", dir="/tmp")  # Ray's socket paths must stay short
-    # --block keeps the head in this process group, stopped by its id (`ray stop` would stop
-    # every Ray of this user on the machine)
-    head = start([RAY_CLI, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                  "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false",
-                  f"--temp-dir={temp}", "--block"], env, cwd=tmp_path)
-    try:
-        read_until(head, "will now block", timeout=90)
+    with ray_head(tmp_path) as (port, env):
         # the documented command, as its own process (its embedded redis-server included)
         cmd = [sys.executable, str(REPO / "benchmarks" / "capacity.py"), "--backend", "ray",
                "--ray-address", f"127.0.0.1:{port}", "--policies", "64", "--actors", "1",
@@ -54,12 +36,6 @@ def test_one_point_on_a_ray_head(tmp_path: Path) -> None:
         assert "64x64 actors=1 learners=1:" in done.stdout
         # the orchestrator joined this head, not a Ray of its own
         assert f":{port}" in logs and "Connected to Ray cluster" in logs, logs
-        assert head.poll() is None  # the point's orchestrator went; the cluster stays
-    finally:
-        stop(head, timeout=15)
-        shutil.rmtree(temp, ignore_errors=True)
-    leftovers = subprocess.run(["pgrep", "-g", str(head.pid)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", "ray head left processes behind"
 
     (res,) = json.loads((tmp_path / "dump.json").read_text())
     row = res["row"]

@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,3 +96,32 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float 
     if proc.stdout is not None:
         proc.stdout.close()
     return proc.returncode
+
+
+RAY_CLI = str(Path(sys.executable).parent / "ray")  # the venv's, whatever PATH holds
+
+
+@contextlib.contextmanager
+def ray_head(cwd: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """A throwaway loopback Ray head as its own process group: yields (port, the env to join it
+    with). Token auth is Ray's default for new clusters; this one opts out (docs/clusters.md
+    shows a real cluster's token). Stopped by its group — `ray stop` would stop every Ray of
+    this user on the machine, other runs' included — and checked to leave nothing behind."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = process_env({"RAY_AUTH_MODE": "disabled"})
+    env.pop("RAY_ADDRESS", None)
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    head = start([RAY_CLI, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                  "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false",
+                  f"--temp-dir={temp}", "--block"], env, cwd=cwd)
+    try:
+        read_until(head, "will now block", timeout=90)
+        yield port, env
+        assert head.poll() is None  # drivers come and go; the cluster stays
+    finally:
+        stop(head, timeout=15)
+        shutil.rmtree(temp, ignore_errors=True)
+    leftovers = subprocess.run(["pgrep", "-g", str(head.pid)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == "", "ray head left processes behind"

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import ray  # a dependency (the ray extra): an ImportError fails loudly, never a skip
-from procs import process_env, read_until, start, stop
+from procs import ray_head
 
 from orchestrator.cli import main as stellaris
 from orchestrator.invokers.ray_ import (
@@ -27,8 +24,6 @@ from orchestrator.invokers.ray_ import (
     task_options,
 )
 
-# The `ray` CLI installed next to this interpreter (CI does not put the venv on PATH).
-RAY_CLI = str(Path(sys.executable).parent / "ray")
 ENVPKG = Path(__file__).resolve().parents[1] / "envpkg"  # a custom env package (stellaris_testenvs)
 LINE = "stellaris_testenvs.line:StellarisLine-v0"
 
@@ -88,21 +83,7 @@ def test_local_ray_async(redis_url: str, tmp_path: Path, capsys: pytest.CaptureF
 
 @pytest.mark.timeout(150)
 def test_ray_cluster_by_ray_address_sync_custom_env(redis_url: str, tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # Token auth is Ray's default for new clusters; this throwaway loopback cluster opts out
-    # (docs/deploy.md, "Ray cluster", shows how to pass the token to a real one).
-    env = process_env({"RAY_AUTH_MODE": "disabled"})
-    env.pop("RAY_ADDRESS", None)
-    temp = tempfile.mkdtemp(prefix="stray-", dir="/tmp")  # Ray's socket paths must stay short
-    # --block: the head is this test's process group, stopped by its id at the end (`ray stop`
-    # would stop every Ray of this user on the machine, other runs' included).
-    head = start([RAY_CLI, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                  "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false",
-                  f"--temp-dir={temp}", "--block"], env, cwd=tmp_path)
-    try:
-        read_until(head, "will now block", timeout=90)
+    with ray_head(tmp_path) as (port, env):
         # The driver runs as its own process, elsewhere (cwd tmp_path), as the entrypoint of a
         # Ray Job or a KubeRay pod runs: RAY_ADDRESS names the cluster (no --ray-address), and
         # the custom env's package is on the driver's path only: the workers get it, and
@@ -118,9 +99,3 @@ def test_ray_cluster_by_ray_address_sync_custom_env(redis_url: str, tmp_path: Pa
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert summary["env_steps"] >= 4096 and summary["env"] == LINE and summary["episodes"] > 0
         assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}
-        assert head.poll() is None  # the driver disconnected; the cluster keeps running
-    finally:
-        stop(head, timeout=15)
-        shutil.rmtree(temp, ignore_errors=True)
-    leftovers = subprocess.run(["pgrep", "-g", str(head.pid)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == "", "ray head left processes behind"
