@@ -23,11 +23,12 @@ from benchmarks.compare_analysis import (
     speedup_ci,
     stats,
 )
+from benchmarks.records import BASELINE_SYSTEMS
 
 NAMES = {"rllib": "RLlib", "lean": "lean PPO", "sync": "sync PPO", "lean2": "lean PPO, two cores",
          "rllib-norm": "RLlib PPO (norm)", "rllib-appo": "RLlib APPO", "sb3": "SB3 PPO",
          "sb3-ours": "SB3 PPO (ours)", "sf2": "Sample Factory 2"}
-BASELINES = ("rllib", "lean", "lean2", "rllib-norm", "rllib-appo", "sb3", "sb3-ours", "sf2")
+BASELINES = BASELINE_SYSTEMS
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> list[str]:

@@ -43,6 +43,11 @@ def records_dir(override: str | os.PathLike[str] | None = None) -> Path:
     return Path(env) if env else DEFAULT_DIR
 
 
+# Other people's systems (and our lean PPO reference): no Stellaris training path.
+BASELINE_SYSTEMS = ("rllib", "lean", "lean2", "rllib-norm", "rllib-appo", "sb3", "sb3-ours",
+                    "sf2")
+
+
 def aggregation(learners: int) -> str:
     return f"aggregation ({learners} learner{'' if learners == 1 else 's'})"
 
@@ -53,10 +58,10 @@ def training_path(config: dict[str, Any], summary: dict[str, Any] | None = None)
     trainer's resolved flag); None for a run that is not Stellaris's (the lean PPO, RLlib).
     A config without ``learner_publishes`` predates the publishing learner: it aggregated."""
     summary = summary or {}
-    if config.get("system") in ("lean", "rllib"):
+    if config.get("system") in BASELINE_SYSTEMS:
         return None
     mode = summary.get("mode") or config.get("mode")
-    if mode is None:
+    if mode not in ("async", "sync"):  # a baseline's own mode name ("lean", "sb3", ...)
         return None
     if mode == "sync":
         return SYNC
