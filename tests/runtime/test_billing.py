@@ -62,7 +62,7 @@ def test_wait_for_a_shared_core_is_measured_not_billed_away(client, deploy, serv
         for h in hogs:
             h.kill()
             h.wait()
-    wait_ms = _cpu_wait_ms(resp)
+    wait_ms = _cpu_wait_ms(resp["ResponseMetadata"]["HTTPHeaders"].get(CPU_WAIT_HEADER.lower()))
     log = base64.b64decode(resp["LogResult"]).decode()
     duration_ms = float(re.search(r"\tDuration: ([\d.]+) ms", log).group(1))
     # 300 ms of CPU among 2x as many busy processes as cores: it waits (how much depends on
