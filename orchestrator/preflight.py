@@ -111,20 +111,25 @@ def check_functions(cfg: TrainConfig, invoker: Invoker, run_id: str,
     event = {"preflight": {"schema": "stellaris.preflight/1", "run_id": run_id,
                            "redis_url": function_url, "timeout_s": PROBE_TIMEOUT_S}}
     bound = min(INVOKE_BOUND_S, cfg.function_timeout_s + 10.0)
-    future = invoker.submit("actor", event)
-    try:
-        result = future.result(timeout=bound)
-    except FutureTimeout:
-        raise PreflightError(
-            f"preflight: the actor function on the {cfg.backend} backend did not answer within "
-            f"{bound:.0f}s (is it deployed, and can it start?); skip with --no-preflight"
-        ) from None
+    # A crashed invocation is resubmitted as the run's own would be (max_retries): one dead
+    # sandbox says nothing about the deployment. A bad event or a timeout is not retried.
+    for attempt in range(cfg.max_retries + 1):
+        future = invoker.submit("actor", event)
+        try:
+            result = future.result(timeout=bound)
+        except FutureTimeout:
+            raise PreflightError(
+                f"preflight: the actor function on the {cfg.backend} backend did not answer "
+                f"within {bound:.0f}s (is it deployed, and can it start?); skip with "
+                "--no-preflight") from None
+        if result.ok or result.error_type == "InvalidEvent" or attempt == cfg.max_retries:
+            break
     if not result.ok:
         hint = ("the deployed actor function predates the preflight: redeploy it"
                 if result.error_type == "InvalidEvent" else "check the deployment")
         raise PreflightError(f"preflight: invoking the actor function on the {cfg.backend} "
-                             f"backend failed ({result.error}); {hint}, or skip with "
-                             "--no-preflight")
+                             f"backend failed {attempt + 1} time(s) ({result.error}); {hint}, "
+                             "or skip with --no-preflight")
     report = (result.payload or {}).get("preflight")
     if not isinstance(report, dict):
         raise PreflightError("preflight: the actor function answered without a report: "

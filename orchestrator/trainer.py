@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import sys
 import time
 import uuid
 from collections import deque
@@ -401,7 +402,7 @@ class Trainer(StoreRecovery):
     def close(self, summary: dict[str, Any]) -> None:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         for line in misfit_lines(summary.get("footprint") or {}):
-            print(line, flush=True)
+            print(line, file=sys.stderr, flush=True)
         self.metrics.close()
         self.progress.close()
         self._applied_log.close()

@@ -204,7 +204,7 @@ def test_every_service_runs_as_a_process(tmp_path: Path) -> None:
         assert footprint["fits"], footprint
         assert 0 < footprint["orchestrator"]["vcpu_mean"] < footprint["orchestrator"]["baseline_vcpu"]
         assert 100 < footprint["orchestrator"]["peak_rss_mib"] < footprint["orchestrator"]["memory_mib"]
-        assert "outgrew" not in train.stdout
+        assert "outgrew" not in train.stdout + train.stderr
     finally:
         for proc in reversed(running):
             stop(proc)

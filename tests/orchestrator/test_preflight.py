@@ -119,3 +119,25 @@ def test_a_run_stops_at_the_preflight(tmp_path: Path, redis_url: str) -> None:
         train(cfg)
     assert isinstance(StoreUnreachableFromFunctions("u", "w", "dns", "d"), PreflightError)
     assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_a_crashed_preflight_invocation_is_resubmitted_as_the_runs_would_be(
+        tmp_path: Path, redis_url: str) -> None:
+    """A dead sandbox says nothing about the deployment: the preflight resubmits a crashed
+    invocation up to max_retries, and names the attempts when every one died."""
+    always = cfg_of(backend="local", max_retries=1, experimental={"fault_kill_prob": 1.0})
+    invoker = build_invoker(always, redis_url, tmp_path)
+    invoker.start()
+    try:
+        with pytest.raises(PreflightError, match=r"failed 2 time\(s\) \(Runtime\.ExitError"):
+            check_functions(always, invoker, "pf-dead", redis_url)
+    finally:
+        invoker.close()
+    often = cfg_of(backend="local", max_retries=20, experimental={"fault_kill_prob": 0.5})
+    invoker = build_invoker(often, redis_url, tmp_path)
+    invoker.start()
+    try:
+        report = check_functions(often, invoker, "pf-flaky", redis_url)
+        assert report is not None and report["ok"], report
+    finally:
+        invoker.close()

@@ -44,6 +44,7 @@ def test_evaluate_and_plot_read_a_run_from_s3(
     url = "s3://stellaris-eval/team/cart-1"
     monkeypatch.chdir(tmp_path)
     train(load_config(None, {**RUN, "redis_url": redis_url, "run_dir": url}))
+    capsys.readouterr()  # the run's own console lines are not evaluate's output
     staging = tmp_path / "runs/s3/stellaris-eval/team/cart-1"
     rc, out, err = _run(["evaluate", str(staging), "--episodes", "3"], capsys)
     assert rc == 0, err
