@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import sys
+import threading
 import time
 import uuid
 from collections import deque
