@@ -200,6 +200,16 @@ def test_the_results_line_names_the_fastest_equal_core_baseline_and_rllibs_dolla
     assert equal_core_line("Hopper-v5", data, 5.0, 2000) == [
         "vs best equal-core baseline, Hopper-v5: 1.5x faster to 2000 than lean PPO, two cores; "
         "$ 0.50x RLlib PPO's", ""]
+    # Missed targets are censored: a rival's whole run counts as its time, so its ratio is a
+    # lower bound ("at least"); RLlib's whole-run $ makes ours over it an upper bound.
+    data["lean2"] = [_run(1, 2, None, 0.002, 1500), _run(2, 2, 70.0, 0.002, 2500)]
+    data["rllib"][1] = _run(2, 2, None, 0.004, 1700)
+    assert equal_core_line("Hopper-v5", data, 5.0, 2000) == [
+        "vs best equal-core baseline, Hopper-v5: 3.7x faster to 2000 than lean PPO, two cores "
+        "(at least: lean PPO, two cores reached 2000 in 1 of 2 5-minute runs; the best returns "
+        "of those that missed: 1,500 (up to 500 short)); $ 0.38x RLlib PPO's (at most: RLlib "
+        "2.60 PPO reached 2000 in 1 of 2 5-minute runs; the best returns of those that missed: "
+        "1,700 (up to 300 short))", ""]
     data["stellaris"][1] = _run(2, 2, None, 0.01, 1900)
     line = equal_core_line("Hopper-v5", data, 5.0, 2000)[0]
     assert line == ("vs best equal-core baseline, Hopper-v5: no ratio: Stellaris (async) reached "
