@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from functions.envs import UnknownEnv, UnsupportedSpace, custom_env_source, space_info
-from functions.policy import init_policy, load_policy_tensors
 from orchestrator.config import ConfigError, TrainConfig
 from orchestrator.invokers.base import Invoker
 from orchestrator.run_folder import RunDirError, RunFolder, S3Location, is_s3, open_folder
@@ -50,6 +49,8 @@ def preflight_init(cfg: TrainConfig) -> None:
     this policy's parameter shapes."""
     if cfg.init_from is None:
         return
+    from functions.policy import init_policy, load_policy_tensors
+
     try:
         tensors, meta = decode(Path(cfg.init_from).read_bytes())
         source_env = meta.get("env_id")
@@ -162,6 +163,20 @@ def set_aside_previous(run_dir: Path) -> Path | None:
     return dest
 
 
+def import_trainer(mode: str) -> Any:
+    """The training loop's class, with torch and the compiler stack its optimiser pulls in on
+    first use (~2 s) imported now rather than after the functions are up."""
+    import torch._dynamo  # noqa: F401
+
+    if mode == "async":
+        from orchestrator.async_loop import AsyncTrainer
+
+        return AsyncTrainer
+    from orchestrator.sync_loop import SyncTrainer
+
+    return SyncTrainer
+
+
 def _train_in(cfg: TrainConfig, run_id: str, folder: RunFolder, store: Store) -> dict[str, Any]:
     run_dir = folder.path
     if cfg.restart and (aside := set_aside_previous(run_dir)) is not None:
@@ -176,18 +191,13 @@ def _train_in(cfg: TrainConfig, run_id: str, folder: RunFolder, store: Store) ->
     invoker = build_invoker(cfg, function_url, run_dir)
     try:
         try:
+            invoker.launch()
+            trainer_class = import_trainer(cfg.mode)  # seconds of imports, while the backend boots
             invoker.start()
         except Exception as exc:
             raise PreflightError(f"{cfg.backend} backend unusable: {exc}") from exc
         preflight.check_functions(cfg, invoker, run_id, function_url)  # before the first rollout
-        if cfg.mode == "async":
-            from orchestrator.async_loop import AsyncTrainer
-
-            trainer: Any = AsyncTrainer(cfg, invoker, rs, run_dir, function_url)
-        else:
-            from orchestrator.sync_loop import SyncTrainer
-
-            trainer = SyncTrainer(cfg, invoker, rs, run_dir, function_url)
+        trainer = trainer_class(cfg, invoker, rs, run_dir, function_url)
         trainer.checkpointer.on_save = folder.push
         summary = trainer.run()
     finally:

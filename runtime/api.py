@@ -328,7 +328,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def health() -> Response:
         z = rt.zygote
         return ok({"status": "ok", "launcher": rt.pool.launcher.name,
-                   "zygote": z.info if z is not None else None,
+                   "zygote": {"state": z.state, **z.info} if z is not None else None,
                    "environments": rt.pool.counts(), "functions": len(rt.registry.entries),
                    "invoke_latency": rt.latency.describe()})
 

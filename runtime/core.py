@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -67,18 +68,24 @@ class Runtime:
                                  settings.event_retry_delays)
         self.latency = settings.invoke_latency
         self._reaper: asyncio.Task[None] | None = None
+        self._zygote_start: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.pool.start()
+        loop = asyncio.get_running_loop()
         if self.zygote is not None:
-            try:
-                await self.zygote.start()
-            except (RuntimeError, TimeoutError, OSError) as exc:
-                log.error("zygote failed to start (%s); spawning environments instead", exc)
-                await self.zygote.close()
-                self.pool.launcher = self.spawn
-                self.zygote = None
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+            # The API answers at once (a deploy needs no zygote); cold starts wait for its preload.
+            self._zygote_start = loop.create_task(self._start_zygote(self.zygote))
+        self._reaper = loop.create_task(self._reap_loop())
+
+    async def _start_zygote(self, zygote: ZygoteLauncher) -> None:
+        try:
+            await zygote.start()
+        except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
+            log.error("zygote failed to start (%s); spawning environments instead", exc)
+            await zygote.close()
+            self.pool.launcher = self.spawn
+            self.zygote = None
 
     async def _reap_loop(self) -> None:
         period = max(0.2, min(self.settings.idle_timeout / 2, 10.0))
@@ -109,6 +116,10 @@ class Runtime:
         """Stop everything this runtime started: no worker outlives the server."""
         if self._reaper is not None:
             self._reaper.cancel()
+        if self._zygote_start is not None and not self._zygote_start.done():
+            self._zygote_start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._zygote_start
         self.events.close()
         await self.pool.close()
         await self.spawn.close()

@@ -78,6 +78,15 @@ class LocalRuntime:
         return cmd + self.extra_args
 
     def start(self, timeout: float = 60.0) -> LocalRuntime:
+        """Launch the server; wait until it answers and its zygote has preloaded."""
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def launch(self) -> LocalRuntime:
+        """Start the server process and return at once: its start-up (the zygote's imports)
+        can overlap the caller's own."""
+        if self.proc is not None:
+            return self
         if self.port is None:
             self.port = free_port(self.host)
         env = {**os.environ, **self.extra_env}
@@ -91,13 +100,23 @@ class LocalRuntime:
         # Own session: stop() can signal the server and its zygote as one group.
         self.proc = subprocess.Popen(self.command(), env=env, stdout=out, stderr=out,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    def wait_healthy(self, timeout: float = 60.0, zygote: bool = True) -> LocalRuntime:
+        """Wait until the API answers and, with ``zygote``, until the zygote has preloaded
+        (or failed, and cold starts spawn): what a cold-start measurement needs. Without it,
+        functions can be deployed at once and the first cold start waits for the preload."""
+        if self.proc is None:
+            raise RuntimeError("runtime not launched")
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=2.0) as client:
             while True:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"runtime exited with {self.proc.returncode} during start")
                 try:
-                    if client.get(f"{self.endpoint}/stellaris/v1/health").status_code == 200:
+                    r = client.get(f"{self.endpoint}/stellaris/v1/health")
+                    if r.status_code == 200 and not (
+                            zygote and (r.json().get("zygote") or {}).get("state") == "starting"):
                         return self
                 except httpx.HTTPError:
                     pass

@@ -101,14 +101,15 @@ class EnvironmentPool:
 
     async def start_env(self, config: FunctionConfig, init_timeout: float) -> ExecutionEnvironment:
         """Cold start: spawn or fork a worker and wait for INIT. Returns it BUSY."""
+        launcher = self.launcher
+        # The zygote's preload is the platform's start-up, not this environment's Init Duration.
+        if isinstance(launcher, ZygoteLauncher) and not await launcher.ready():
+            log.warning("zygote is gone; spawning environments instead")
+            launcher = self.fallback
         env = ExecutionEnvironment(config)
         self.envs[env.id] = env
         t0 = time.perf_counter()
         try:
-            launcher = self.launcher
-            if isinstance(launcher, ZygoteLauncher) and not launcher.alive:
-                log.warning("zygote is gone; spawning environments instead")
-                launcher = self.fallback
             env.pid = await launcher.launch(self.sock_path, env.id, self._worker_env(env),
                                             self.log_dir / f"{config.name}-{env.id[:12]}.log")
             env.discount = launcher.discount_bytes

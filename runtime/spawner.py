@@ -74,9 +74,27 @@ class ZygoteLauncher:
         self.proc: asyncio.subprocess.Process | None = None
         self.info: dict[str, object] = {}
         self.discount_bytes = 0
+        self.state = "starting"  # -> "ready" (forks environments) or "failed" (see its log)
+        self._settled = asyncio.Event()  # set when it leaves "starting"
         self._lock = asyncio.Lock()  # one fork request on the pipe at a time
 
     async def start(self, timeout: float = 180.0) -> None:
+        try:
+            await self._preload(timeout)
+        except BaseException:
+            self.state = "failed"
+            raise
+        else:
+            self.state = "ready"
+        finally:
+            self._settled.set()
+
+    async def ready(self) -> bool:
+        """Wait out the preload; True when environments can be forked from it."""
+        await self._settled.wait()
+        return self.alive
+
+    async def _preload(self, timeout: float) -> None:
         with open(self.log_path, "ab") as logf:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, str(ZYGOTE), ",".join(self.preload),
@@ -95,7 +113,7 @@ class ZygoteLauncher:
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.state == "ready" and self.proc is not None and self.proc.returncode is None
 
     async def launch(self, sock: str, env_id: str, env: dict[str, str], log_path: Path) -> int:
         assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None

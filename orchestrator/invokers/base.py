@@ -37,6 +37,10 @@ class Invoker(ABC):
 
     name: str = "base"
 
+    def launch(self) -> None:  # noqa: B027 - optional hook
+        """Begin a slow start-up without waiting for it (``start`` finishes it), so the
+        orchestrator's own imports run meanwhile."""
+
     def start(self) -> None:  # noqa: B027 - optional hook
         """Deploy or connect; raise a clear error if the backend is unusable."""
 

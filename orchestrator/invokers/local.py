@@ -48,8 +48,12 @@ class LocalRuntimeInvoker(LambdaInvoker):
         self._timeout_s = timeout_s
         self.deploy_actions: list[str] = []
 
+    def launch(self) -> None:
+        self.runtime.launch()  # its zygote imports torch on one core while we import ours
+
     def start(self) -> None:
-        self.runtime.start()
+        self.runtime.launch()
+        self.runtime.wait_healthy(zygote=False)  # deploy while the zygote preloads
         names = {s.logical: s.name for s in self.specs}
         super().__init__(names, self.runtime.endpoint, "us-east-1", self._max_in_flight, self._timeout_s)
         admin = lambda_client(self.runtime.endpoint, "us-east-1", 2, 60)
