@@ -373,14 +373,30 @@ def run_minutes(run: dict[str, Any], default: float) -> float:
     return float(run["facts"].get("minutes") or default)
 
 
+def censored_at(run: dict[str, Any]) -> tuple[float, float]:
+    """(wall s, $) where a run stopped learning: the end of its budget on the process-start
+    clock (its clock's offset plus its minutes), or its end if sooner, with its bill pro rata.
+    The shutdown after the budget is no time toward a target, and counting it would inflate
+    a bound that must never flatter the other side."""
+    f = run["facts"]
+    wall, usd = float(f["wall_s"]), float(f["usd"])
+    minutes = f.get("minutes") or f.get("budget_min")
+    if not minutes or wall <= 0:
+        return wall, usd
+    end = float(minutes) * 60.0 + float(f.get("clock_offset_s") or 0.0)
+    return (wall, usd) if wall <= end else (end, usd * end / wall)
+
+
 def seed_outcome(run: dict[str, Any], tgt: float) -> tuple[float, float, float | None, bool]:
     """(wall s, $, env steps, reached) of one run to ``tgt``; a run that never got there gives
-    its whole length and bill (a bound: it would have needed more) and its last env steps."""
+    its length and bill up to the end of its budget (:func:`censored_at`; a bound: it would
+    have needed more) and its last env steps."""
     hit = run["points"]["to_target"].get(key(tgt))
     if hit is not None:
         return hit["wall_s"], hit["usd"], hit["env_steps"], True
     last = run["points"].get("last") or {}
-    return run["facts"]["wall_s"], run["facts"]["usd"], last.get("env_steps"), False
+    wall, usd = censored_at(run)
+    return wall, usd, last.get("env_steps"), False
 
 
 def stats(runs: list[dict[str, Any]], minutes: float, targets: list[float],
@@ -443,8 +459,8 @@ def censored_speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float],
                      runs_b: list[dict[str, Any]], minutes: float,
                      ) -> tuple[float, float, float, float] | None:
     """Bounds on the highest target ``a`` reached in every seed and ``b`` did not (in some or
-    all seeds): a seed of ``b`` that never got there counts its whole run (time and $), so
-    ``b``'s mean is at least that. Returns (target, time ratio >=, $ ratio <=, ``b``'s
+    all seeds): a seed of ``b`` that never got there counts its run to the end of its budget
+    (time and $, :func:`censored_at`), so ``b``'s mean is at least that. Returns (target, time ratio >=, $ ratio <=, ``b``'s
     shortest run in minutes)."""
     for tgt in sorted(targets, reverse=True):
         ta, tb = a["to"][tgt], b["to"][tgt]

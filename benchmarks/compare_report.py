@@ -73,8 +73,8 @@ def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str],
     """One row per seed: every system's time, $ and env steps to ``tgt`` on it, and each of
     our systems' (Stellaris variants, sync PPO) speed and $ ratios against RLlib and the lean
     PPO on that seed, then the median seed. Pooled folders can hold a seed twice: the i-th run
-    of a seed pairs with the i-th of each other system. A miss counts its whole run, so its
-    ratios are bounds (<=, >=) and the median takes them at their bound."""
+    of a seed pairs with the i-th of each other system. A miss counts its run to its budget's
+    end, so its ratios are bounds (<=, >=) and the median takes them at their bound."""
     by_seed: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for v in order:
         for r in data[v]:
@@ -130,8 +130,9 @@ def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str],
         f"{statistics.median(t):.2f}x / {statistics.median(u):.2f}x" if t else "-"
         for t, u in columns.values()]
     return [f"Per seed, to {tgt:g} (time, $ and k env steps; then our systems' speed and $ "
-            "against each baseline on that seed; a run that missed counts its whole run, so its "
-            "ratios are bounds and the median takes them at their bound):", "",
+            "against each baseline on that seed; a run that missed counts its run to its "
+            "budget's end, so its ratios are bounds and the median takes them at their bound):",
+            "",
             *md_table(head, [*rows, median_row])]
 
 
@@ -191,8 +192,8 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
                 f"{prefix}speedup vs {name} on return {utgt:g}: <= {1 / uratio:.2f}x (censored: "
                 f"{who} reached {utgt:g} in {got['reached']} of {got['n']} {umin:g}-minute "
                 f"runs, {name} in every one; a {who} run that never got there counts its "
-                f"whole length and cost, which is less than it would have needed); $ vs "
-                f"{name}: >= {1 / uusd:.2f}x", ""]
+                f"length and cost to its budget's end, which is less than it would have "
+                f"needed); $ vs {name}: >= {1 / uusd:.2f}x", ""]
         bound = censored_speedup(st[base], st[other], targets, data[other], minutes)
         if bound is not None:
             btgt, bratio, busd, bmin = bound
@@ -200,8 +201,8 @@ def ratio_lines(st: dict[str, Any], data: dict[str, list[dict[str, Any]]], base:
             lines += [
                 f"{prefix}speedup vs {name} on return {btgt:g}: >= {bratio:.1f}x (censored: "
                 f"{name} reached {btgt:g} in {reached['reached']} of {reached['n']} "
-                f"{bmin:g}-minute runs; a run that never got there counts its whole length "
-                f"and cost); $ vs {name}: <= {busd:.2f}x", ""]
+                f"{bmin:g}-minute runs; a run that never got there counts its length "
+                f"and cost to its budget's end); $ vs {name}: <= {busd:.2f}x", ""]
     return lines
 
 
@@ -408,10 +409,10 @@ def equal_core_line(env: str, data: dict[str, list[dict[str, Any]]], minutes: fl
 
     def bound(v: str, key: str) -> float:
         """Mean time or $ (``wall_s``, ``usd``) to the target over v's runs; a run that missed
-        it counts its whole run, so the mean is a lower bound of the true one (censored)."""
-        hits = [r["points"]["to_target"].get(f"{target:g}") for r in data[v]]
-        return sum(float(h[key] if h else r["facts"][key])
-                   for h, r in zip(hits, data[v], strict=True)) / len(hits)
+        it counts its run to the end of its budget, so the mean is a lower bound of the true
+        one (censored)."""
+        outcomes = [seed_outcome(r, target) for r in data[v]]
+        return sum(o[0] if key == "wall_s" else o[1] for o in outcomes) / len(outcomes)
 
     def censored(v: str) -> bool:
         return st[v]["to"][target]["reached"] < st[v]["n"]

@@ -16,6 +16,7 @@ come up the child's stdin and stdout as length-prefixed blobs in the project's w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import struct
@@ -91,9 +92,13 @@ class RemoteSampler:
         return Trajectory.from_blob(blob)
 
     def close(self) -> None:
-        self.proc.stdin.close()  # the sampler ends at the end of its input
+        # The sampler is most likely blocked writing the next rollout, which nobody will read:
+        # closing both pipes ends it at once (a broken pipe), not after a timeout that would
+        # sit on the run's clock and bill.
+        self.proc.stdin.close()
+        self.proc.stdout.close()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # stdout carries frames only
     # unbuffered input: select() then sees every frame not yet read
-    serve(a.env, a.n_envs, a.rollout_steps, a.seed, a.gamma, sys.stdin.buffer.raw, out)
+    with contextlib.suppress(BrokenPipeError):  # the learner closed its end: the run is over
+        serve(a.env, a.n_envs, a.rollout_steps, a.seed, a.gamma, sys.stdin.buffer.raw, out)
     return 0
 
 

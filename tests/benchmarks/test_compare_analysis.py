@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -86,6 +88,20 @@ def test_censored_speedup_bounds_a_baseline_that_never_reached_the_target() -> N
     b2 = analysis.stats(runs_b2, 3, [1000, 2000])
     tgt, ratio, _, _ = analysis.censored_speedup(a, b2, [1000, 2000], runs_b2, 3)
     assert (tgt, ratio) == (2000, 500.0 / 60.0)
+
+
+def test_a_missed_target_is_censored_at_the_budgets_end_not_at_a_slow_shutdown() -> None:
+    # 3-minute budget; the process lingered to 210 s (a sampler that was slow to stop)
+    slow = run(1, [60.0, 180.0, 210.0], [900.0, 1100.0, 1100.0], 0.021, minutes=3)
+    assert analysis.censored_at(slow) == (180.0, pytest.approx(0.018))
+    wall, usd, _, reached = analysis.seed_outcome(slow, 2000)
+    assert (wall, reached) == (180.0, False) and usd == pytest.approx(0.018)
+    # a clock that started 7 s after the process: its budget ends at 187 s
+    late = {"facts": {"wall_s": 195.0, "usd": 0.0195, "minutes": 3, "clock_offset_s": 7.0}}
+    assert analysis.censored_at(late)[0] == 187.0
+    # a run that ended inside its budget counts all of it
+    short = run(3, [60.0, 150.0], [900.0, 1100.0], 0.01, minutes=3)
+    assert analysis.censored_at(short) == (150.0, 0.01)
 
 
 def test_bootstrap_intervals_bracket_the_estimate_and_are_reproducible() -> None:
