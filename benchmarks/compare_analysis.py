@@ -250,13 +250,14 @@ def collect(root: Path, targets: list[float], budget_min: float
             summary = read_summary(sdir)
             if not summary:
                 continue
-            curve, _ = from_process_start(read_curve(sdir), summary, bench)
+            raw = read_curve(sdir)
+            curve, _ = from_process_start(raw, summary, bench)  # for the figures
             variant = bench.get("variant", vdir.name)
             out.setdefault(variant, []).append({
                 "dir": sdir, "seed": int(sdir.name[4:]), "variant": variant,
                 "system": bench.get("system") or variant.partition("[")[0],
                 "curve": curve, "summary": summary, "bench": bench,
-                **outcome(curve, summary, bench, targets, budget_min)})
+                **outcome(raw, summary, bench, targets, budget_min)})  # moves it itself
     return out
 
 

@@ -184,6 +184,27 @@ def test_report_says_what_the_always_on_parts_used_against_their_instances(
     assert "28.8 Mbit/s mean. Fit their priced instances in 1 of 1 runs." in text
 
 
+def test_a_run_folder_is_moved_to_its_process_start_once(tmp_path: Path) -> None:
+    """compare.py's own report (run folders) and the results page (records) agree: a clock
+    that started 7 s after its process moves every time by 7 s, not twice."""
+    root = compare.budget_dir(tmp_path / "out", "Hopper-v5", 3)
+    run_dir = root / "stellaris" / "seed1"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for wall, ret in ((50.0, 1000.0), (100.0, 2000.0), (180.0, 2100.0)):
+            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
+                        "cost_usd": wall / 1e4})
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"wall_s": 180.0, "sps": 100.0, "mean_return": 2100.0, "cost": {"total_usd": 0.018}}))
+    (run_dir / "bench.json").write_text(json.dumps(
+        {"variant": "stellaris", "system": "stellaris", "minutes": 3, "clock_offset_s": 7.0}))
+    (found,) = analysis.collect(root, [2000], 3)["stellaris"]
+    assert found["points"]["to_target"]["2000"]["wall_s"] == 107.0
+    assert found["facts"]["wall_s"] == 187.0 and found["curve"]["wall_s"][0] == 57.0
+
+
 def test_per_seed_table_pairs_runs_by_seed_and_bounds_the_ratios_of_a_miss() -> None:
     """The per-seed table: each system's time, $ and env steps to the top target on each seed,
     Stellaris's ratios against each baseline, a miss's ratios as bounds, and the median seed."""
