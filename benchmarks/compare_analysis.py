@@ -461,8 +461,8 @@ def censored_speedup(a: dict[str, Any], b: dict[str, Any], targets: list[float],
                      ) -> tuple[float, float, float, float] | None:
     """Bounds on the highest target ``a`` reached in every seed and ``b`` did not (in some or
     all seeds): a seed of ``b`` that never got there counts its run to the end of its budget
-    (time and $, :func:`censored_at`), so ``b``'s mean is at least that. Returns (target, time ratio >=, $ ratio <=, ``b``'s
-    shortest run in minutes)."""
+    (time and $, :func:`censored_at`), so ``b``'s mean is at least that. Returns (target,
+    time ratio >=, $ ratio <=, ``b``'s shortest run in minutes)."""
     for tgt in sorted(targets, reverse=True):
         ta, tb = a["to"][tgt], b["to"][tgt]
         if not (ta["n"] and ta["reached"] == ta["n"]):

@@ -411,8 +411,8 @@ def equal_core_line(env: str, data: dict[str, list[dict[str, Any]]], minutes: fl
         """Mean time or $ (``wall_s``, ``usd``) to the target over v's runs; a run that missed
         it counts its run to the end of its budget, so the mean is a lower bound of the true
         one (censored)."""
-        outcomes = [seed_outcome(r, target) for r in data[v]]
-        return sum(o[0] if key == "wall_s" else o[1] for o in outcomes) / len(outcomes)
+        at = 0 if key == "wall_s" else 1  # seed_outcome's (wall s, $, ...)
+        return sum(seed_outcome(r, target)[at] for r in data[v]) / len(data[v])
 
     def censored(v: str) -> bool:
         return st[v]["to"][target]["reached"] < st[v]["n"]

@@ -157,6 +157,20 @@ def test_report_gives_the_dedicated_vcpu_bill_where_the_runtime_measured_the_cpu
         text_of.env_report("Hopper-v5", 1, data, [1000, 2000]))
 
 
+def _run_folder(run_dir: Path, rows: tuple[tuple[float, float], ...],
+                summary: dict[str, Any]) -> None:
+    """A run folder as the trainer writes it: metrics.csv rows of (wall s, return), $ growing
+    with wall time, and summary.json."""
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for wall, ret in rows:
+            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
+                        "cost_usd": wall / 1e4})
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
 def test_report_says_what_the_always_on_parts_used_against_their_instances(
         tmp_path: Path) -> None:
     """A run folder with a footprint, as the trainer writes it: the report's footprint line."""
@@ -166,17 +180,9 @@ def test_report_says_what_the_always_on_parts_used_against_their_instances(
                            "baseline_mbps": 64, "vcpu_mean": 0.011, "peak_memory_mib": 2.6,
                            "net_mbps_mean": 28.8, "fits": True}, "fits": True}
     root = compare.budget_dir(tmp_path / "out", "Hopper-v5", 5)
-    run_dir = root / "stellaris" / "seed1"
-    run_dir.mkdir(parents=True)
-    with open(run_dir / "metrics.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for wall, ret in ((50.0, 1000.0), (100.0, 2000.0)):
-            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
-                        "cost_usd": wall / 1e4})
-    (run_dir / "summary.json").write_text(json.dumps(
-        {"wall_s": 100.0, "sps": 100.0, "mean_return": 2000.0, "footprint": footprint,
-         "cost": {"total_usd": 0.01}}))
+    _run_folder(root / "stellaris" / "seed1", ((50.0, 1000.0), (100.0, 2000.0)),
+                {"wall_s": 100.0, "sps": 100.0, "mean_return": 2000.0, "footprint": footprint,
+                 "cost": {"total_usd": 0.01}})
     data = analysis.collect(root, [2000], 5)
     text = "\n".join(text_of.env_report("Hopper-v5", 5, data, [2000]))
     assert ("orchestrator (priced as a t3.micro, baseline 0.2 vCPU, 824 MiB): 0.020 vCPU mean, "
@@ -189,15 +195,9 @@ def test_a_run_folder_is_moved_to_its_process_start_once(tmp_path: Path) -> None
     that started 7 s after its process moves every time by 7 s, not twice."""
     root = compare.budget_dir(tmp_path / "out", "Hopper-v5", 3)
     run_dir = root / "stellaris" / "seed1"
-    run_dir.mkdir(parents=True)
-    with open(run_dir / "metrics.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for wall, ret in ((50.0, 1000.0), (100.0, 2000.0), (180.0, 2100.0)):
-            w.writerow({"wall_s": wall, "env_steps": 1000, "episodic_return": ret,
-                        "cost_usd": wall / 1e4})
-    (run_dir / "summary.json").write_text(json.dumps(
-        {"wall_s": 180.0, "sps": 100.0, "mean_return": 2100.0, "cost": {"total_usd": 0.018}}))
+    _run_folder(run_dir, ((50.0, 1000.0), (100.0, 2000.0), (180.0, 2100.0)),
+                {"wall_s": 180.0, "sps": 100.0, "mean_return": 2100.0,
+                 "cost": {"total_usd": 0.018}})
     (run_dir / "bench.json").write_text(json.dumps(
         {"variant": "stellaris", "system": "stellaris", "minutes": 3, "clock_offset_s": 7.0}))
     (found,) = analysis.collect(root, [2000], 3)["stellaris"]
