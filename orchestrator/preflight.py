@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from orchestrator.config import TrainConfig
-from orchestrator.invokers.base import Invoker
+from orchestrator.invokers.base import InvocationResult, Invoker
 from orchestrator.run import PreflightError
 from store import InvalidStoreUrl, parse_store_url, redact
 
@@ -101,11 +101,13 @@ def check_static(cfg: TrainConfig, function_url: str) -> None:
             f"{parsed.host or 'a local socket'} is the orchestrator's own machine")
 
 
-def check_functions(cfg: TrainConfig, invoker: Invoker, run_id: str,
-                    function_url: str) -> dict[str, Any] | None:
+def check_functions(cfg: TrainConfig, invoker: Invoker, run_id: str, function_url: str,
+                    attempts: list[InvocationResult] | None = None) -> dict[str, Any] | None:
     """Invoke the actor function once with the preflight event; its report when the store
     works from there, else :class:`StoreUnreachableFromFunctions`. ``None``: not run (off, or
-    the inline backend, whose handlers share the orchestrator's process and store)."""
+    the inline backend, whose handlers share the orchestrator's process and store). Each
+    invocation's result is appended to ``attempts``: they are billed, and their failures are
+    the run's, so the run books them (``Trainer.book_preflight``)."""
     if not cfg.preflight or cfg.backend == "inline":
         return None
     event = {"preflight": {"schema": "stellaris.preflight/1", "run_id": run_id,
@@ -122,6 +124,8 @@ def check_functions(cfg: TrainConfig, invoker: Invoker, run_id: str,
                 f"preflight: the actor function on the {cfg.backend} backend did not answer "
                 f"within {bound:.0f}s (is it deployed, and can it start?); skip with "
                 "--no-preflight") from None
+        if attempts is not None:
+            attempts.append(result)
         if result.ok or result.error_type == "InvalidEvent" or attempt == cfg.max_retries:
             break
     if not result.ok:

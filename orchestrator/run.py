@@ -11,7 +11,7 @@ from typing import Any
 
 from functions.envs import UnknownEnv, UnsupportedSpace, custom_env_source, space_info
 from orchestrator.config import ConfigError, TrainConfig
-from orchestrator.invokers.base import Invoker
+from orchestrator.invokers.base import InvocationResult, Invoker
 from orchestrator.run_folder import RunDirError, RunFolder, S3Location, is_s3, open_folder
 from store import CorruptBlob, RunStore, Store, StoreUnavailable, decode, validate_run_id
 
@@ -196,8 +196,10 @@ def _train_in(cfg: TrainConfig, run_id: str, folder: RunFolder, store: Store) ->
             invoker.start()
         except Exception as exc:
             raise PreflightError(f"{cfg.backend} backend unusable: {exc}") from exc
-        preflight.check_functions(cfg, invoker, run_id, function_url)  # before the first rollout
+        attempts: list[InvocationResult] = []
+        preflight.check_functions(cfg, invoker, run_id, function_url, attempts)  # before any rollout
         trainer = trainer_class(cfg, invoker, rs, run_dir, function_url)
+        trainer.book_preflight(attempts)
         trainer.checkpointer.on_save = folder.push
         summary = trainer.run()
     finally:

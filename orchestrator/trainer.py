@@ -207,6 +207,16 @@ class Trainer(StoreRecovery):
         gpu = result.function == "learner" and ran_on.startswith("cuda")
         self.cost.invocation(result.function, result.duration_ms, mem, gpu=gpu, cpu_wait_ms=result.cpu_wait_ms)
 
+    def book_preflight(self, attempts: list[InvocationResult]) -> None:
+        """The preflight's invocations are the run's: billed, and a crashed one is a failed
+        (and retried) actor invocation like any other."""
+        for i, res in enumerate(attempts):
+            self.record_cost(res)
+            if i:
+                self.counters.retries["actor"] += 1
+            if not res.ok:
+                self.record_failure(res)
+
     def record_failure(self, result: InvocationResult) -> None:
         with self.lock:
             self.counters.failures[result.function] += 1

@@ -137,7 +137,11 @@ def test_a_crashed_preflight_invocation_is_resubmitted_as_the_runs_would_be(
     invoker = build_invoker(often, redis_url, tmp_path)
     invoker.start()
     try:
-        report = check_functions(often, invoker, "pf-flaky", redis_url)
+        attempts: list = []
+        report = check_functions(often, invoker, "pf-flaky", redis_url, attempts)
         assert report is not None and report["ok"], report
+        # every attempt handed back for the run to book: as many failed as the runtime saw
+        assert attempts[-1].ok and not any(a.ok for a in attempts[:-1])
+        assert invoker.billing()["functions"]["stellaris-actor"]["errors"] == len(attempts) - 1
     finally:
         invoker.close()
