@@ -370,6 +370,7 @@ def headline_rows(data: dict[str, list[dict[str, Any]]], minutes: float,
         rows.append({
             "system": LABELS.get(v, v), "path": "; ".join(paths) or None,
             "cores": "/".join(str(c) for c in cores) or None, "seeds": len(runs),
+            "seed_values": sorted(int(r["seed"]) for r in runs),
             "time_s": {"values": to["t"], "reached": to["reached"], "n": to["n"]},
             "usd": {"values": to["usd"], "reached": to["reached"], "n": to["n"]},
             "return_at_min": {f"{p:g}": {"values": st["ret_at"][p]} for p in points}})

@@ -38,6 +38,8 @@ from benchmarks.report_render import (  # noqa: E402
 )
 
 PAGE = REPO / "docs" / "results.md"
+# compare.py --series of the headline: every system at equal cores on fresh seeds
+HEADLINE_SERIES = ("equal-cores",)
 # benchmark -> (section title, script); any other benchmark gets a section after these
 SECTIONS: dict[str, tuple[str, str]] = {
     "compare": ("Stellaris vs sync PPO vs RLlib vs lean PPO", "benchmarks/compare.py"),
@@ -75,11 +77,14 @@ INTRO = [
 
 
 def headline(records: list[dict[str, Any]]) -> list[str]:
-    """Per env, one table per group of compare runs and per transcribed comparison: each
-    system's time and $ to the env's top target and its return at fixed budgets."""
+    """Per env, one table per budget of the headline series and per transcribed comparison:
+    each system's time and $ to the env's top target and its return at fixed budgets.
+    Diagnoses and default selections stay in the compare section below."""
     per_env: dict[str, list[tuple[str, list[str]]]] = defaultdict(list)
     for key, group in compare_groups([r for r in records if r["kind"] == "compare"]).items():
         env, budget, series = key
+        if series not in HEADLINE_SERIES:
+            continue
         target = max(TARGETS.get(env, [2000]))
         data = runs_of(group)
         rows = headline_rows(data, budget, target)

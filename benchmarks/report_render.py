@@ -166,12 +166,25 @@ def _mean_sd(values: dict[str, Any]) -> str:
                                       else "")
 
 
+def seed_list(seeds: list[int]) -> str:
+    """``3001–3005``, ``3001–3003, 3007``: consecutive seeds as ranges."""
+    spans: list[list[int]] = []
+    for s in sorted(seeds):
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans)
+
+
 def headline_table(rows: list[dict[str, Any]], target: float) -> list[str]:
     budgets = sorted({float(b) for r in rows for b in r.get("return_at_min", {})})
-    head = ["system", "training path", "cores", "runs", f"time to {target:g} (s)",
+    head = ["system", "training path", "cores", "seeds", f"time to {target:g} (s)",
             f"$ to {target:g}"] + [f"return @ {b:g} min" for b in budgets]
     body = [[r["system"], r.get("path") or "n/a (baseline)", str(r.get("cores") or "-"),
-             str(r["seeds"]), _interval(r["time_s"], "{:.0f}"), _interval(r["usd"], "{:.5f}")]
+             (f"{seed_list(r['seed_values'])} ({r['seeds']})" if r.get("seed_values")
+              else f"{r['seeds']} runs"),
+             _interval(r["time_s"], "{:.0f}"), _interval(r["usd"], "{:.5f}")]
             + [_mean_sd(r.get("return_at_min", {}).get(f"{b:g}", {})) for b in budgets]
             for r in rows]
     return md_table(head, body)

@@ -25,6 +25,7 @@ from benchmarks.records import (  # noqa: E402
     training_path,
     write_record,
 )
+from benchmarks.report_render import seed_list  # noqa: E402
 
 
 def test_the_committed_page_is_what_the_committed_records_render() -> None:
@@ -114,3 +115,14 @@ def test_training_path_reads_mode_learners_and_the_publishing_flag() -> None:
     assert training_path({"mode": "async", "learners": 1,
                           "experimental": {"learner_publishes": None}}) == PUBLISHING
     assert training_path({"system": "lean", "mode": "async"}) is None
+
+
+def test_the_headline_holds_the_equal_core_series_with_its_seeds() -> None:
+    """Diagnoses and default selections are in the compare section, never in the headline;
+    each headline row names its seeds."""
+    text = report.render(read_records(REPO / "benchmarks" / "records"))
+    start = text.index("## Headline")
+    headline = text[start:text.index("\n## ", start + 1)]
+    assert "`equal-cores`" in headline and "| 3001–3005 (5) |" in headline
+    assert "halfcheetah-diagnosis" not in headline and "halfcheetah-diagnosis" in text
+    assert seed_list([3003, 3001, 3002, 3007, 4001, 4002]) == "3001–3003, 3007, 4001–4002"
