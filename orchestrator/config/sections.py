@@ -73,8 +73,8 @@ class ExperimentalConfig(BaseModel):
 
     # -- actors -----------------------------------------------------------------------------
     actor_refresh_steps: int = Field(
-        32, ge=0, description="Async actors check for a newer policy every this many steps (0: "
-        "one version a rollout; decisions.md#actor-refresh-steps-32).")
+        0, ge=0, description="Async actors check for a newer policy every this many steps (0: "
+        "one version a rollout; decisions.md#actor-refresh-steps-0).")
     actor_start: Literal["eager", "just_in_time"] = Field(
         "just_in_time", description="Start an async rollout as soon as there is room, or to end "
         "when a learner needs it (decisions.md#actor-start-just-in-time).")

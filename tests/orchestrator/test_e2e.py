@@ -144,8 +144,10 @@ def test_an_async_run_whose_learner_publishes(tmp_path: Path, redis_url: str) ->
     """``learner_publishes``: actors sample beside one learner that publishes each update
     itself (update mode) — no gradient stream, no aggregator, one version per update."""
     run_dir = tmp_path / "publishes"
+    # actors that refresh mid-rollout (off by default), so the learner stores previews
     cfg = load_config(None, {**TINY, "backend": "local",
-                             "experimental": {**TINY["experimental"], "learner_publishes": True},
+                             "experimental": {**TINY["experimental"], "learner_publishes": True,
+                                              "actor_refresh_steps": 32},
                              "run_dir": str(run_dir), "redis_url": redis_url, "total_steps": 4096})
     summary = train(cfg)
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
