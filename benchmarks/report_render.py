@@ -183,7 +183,7 @@ def headline_table(rows: list[dict[str, Any]], target: float) -> list[str]:
             f"$ to {target:g}"] + [f"return @ {b:g} min" for b in budgets]
     body = [[r["system"], r.get("path") or "n/a (baseline)", str(r.get("cores") or "-"),
              (f"{seed_list(r['seed_values'])} ({r['seeds']})" if r.get("seed_values")
-              else f"{r['seeds']} runs"),
+              else f"{r['seeds']} run{'' if r['seeds'] == 1 else 's'}"),
              _interval(r["time_s"], "{:.0f}"), _interval(r["usd"], "{:.5f}")]
             + [_mean_sd(r.get("return_at_min", {}).get(f"{b:g}", {})) for b in budgets]
             for r in rows]
