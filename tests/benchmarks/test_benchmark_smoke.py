@@ -28,7 +28,7 @@ def test_compare_runs_two_systems_records_each_run_and_the_page_shows_them(
     out, records = tmp_path / "out", tmp_path / "records"
     rc = compare.main(["--envs", "CartPole-v1", "--minutes", "0.13", "--seeds", "1",
                        "--systems", "lean", "stellaris", "--backend", "inline",
-                       "--out", str(out), "--records", str(records)])
+                       "--out", str(out), "--records", str(records), "--series", "equal-cores"])
     root = out / "CartPole-v1-0.13min"
     for variant in ("lean", "stellaris_backend=inline_"):
         run = root / variant / "seed1"
@@ -68,7 +68,7 @@ def test_compare_runs_two_systems_records_each_run_and_the_page_shows_them(
         assert r["command"].startswith("python benchmarks/compare.py --envs CartPole-v1")
         assert (r["commit"], r["dirty"]) == (head, dirty) and r["date"].endswith("Z")
         assert r["machine"]["cpu_count"] and r["software"]["torch"]
-        assert r["summary"]["series"] == "out" and r["summary"]["seed"] == 1
+        assert r["summary"]["series"] == "equal-cores" and r["summary"]["seed"] == 1
         assert set(r["curve_points"]["to_target"]) == {"100", "200", "400"}
         assert r["curve_points"]["last"]["env_steps"] > 0
     if len(node) > 3:
@@ -84,8 +84,10 @@ def test_compare_runs_two_systems_records_each_run_and_the_page_shows_them(
     assert report.main(["--records", str(records), "--out", str(page)]) == 0
     text = page.read_text()
     steps = recs["lean"]["summary"]["env_steps"]
-    assert "### CartPole-v1" in text and "#### 0.13-minute budget, `out`" in text
-    assert "| lean PPO | n/a (baseline) | 1 | 1 |" in text  # the cores it uses, not the machine's
+    # the headline series: in the headline, with the seeds; and in the compare section
+    assert "### CartPole-v1" in text and "#### 0.13-minute budget, `equal-cores`" in text
+    assert "### CartPole-v1, 0.13-minute budget (`equal-cores`)" in text
+    assert "| lean PPO | n/a (baseline) | 1 | 1 (1) |" in text  # the cores it uses, not the machine's
     assert f"| stellaris[backend=inline] | {PUBLISHING} |" in text
     assert "speedup vs lean PPO:" in text and "| system | entropy at" in text
     assert f"{recs['lean']['summary']['sps']:.0f}" in text and steps > 0
