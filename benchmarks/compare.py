@@ -109,8 +109,11 @@ def variant_tag(args: argparse.Namespace) -> str:
     return ",".join(parts)
 
 
-def variant_name(system: str, tag: str) -> str:
-    return f"{system}[{tag}]" if tag and system == "stellaris" else system
+def variant_name(system: str, tag: str, hyper: Sequence[str] = ()) -> str:
+    """A run's variant: the system, Stellaris' own tags, and a ``--hyper`` change (every
+    system's), so records of a changed run never pool with the defaults' in one series."""
+    tags = ([tag] if tag and system == "stellaris" else []) + [f"hyper.{kv}" for kv in hyper]
+    return f"{system}[{','.join(tags)}]" if tags else system
 
 
 def _dirname(variant: str) -> str:
@@ -427,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_sf2_venv()
             for seed in seeds:  # seeds outermost: machine noise spreads over the systems
                 for system in a.systems:
-                    variant = variant_name(system, tag)
+                    variant = variant_name(system, tag, shared_hyper(a))
                     run_dir = root / _dirname(variant) / f"seed{seed}"
                     info = run_one(system, env, seed, per_system.get(system, minutes), run_dir, a)
                     info["variant"] = variant

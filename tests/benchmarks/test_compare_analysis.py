@@ -246,3 +246,11 @@ def test_headline_rows_give_each_systems_values_to_the_target_and_its_path() -> 
     assert rows["Stellaris (async)"]["path"] == "one publishing learner (pipelined PPO)"
     assert rows["lean PPO"]["time_s"]["reached"] == 0 and rows["lean PPO"]["path"] is None
     assert rows["lean PPO"]["return_at_min"]["1"] == {"values": [1200.0]}
+
+
+def test_a_shared_hyper_change_names_every_systems_variant_so_records_never_pool() -> None:
+    assert compare.variant_name("stellaris", "") == "stellaris"
+    assert compare.variant_name("lean2", "is=none") == "lean2"  # --set tags are Stellaris'
+    assert (compare.variant_name("stellaris", "is=none", ["ent_coef=0.01"])
+            == "stellaris[is=none,hyper.ent_coef=0.01]")
+    assert compare.variant_name("lean2", "", ["ent_coef=0.01"]) == "lean2[hyper.ent_coef=0.01]"
