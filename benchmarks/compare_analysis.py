@@ -42,6 +42,13 @@ RETURN_POINTS_MIN = (1, 2, 3, 5, 10, 15, 20, 30)
 RETURN_POINTS_STEPS = (100_000, 200_000, 500_000, 1_000_000, 2_000_000, 5_000_000)
 
 
+def display(variant: str) -> str:
+    """A variant as a reader sees it: its system's label, then its tags
+    (``lean PPO, two cores [hyper.ent_coef=0.003]``)."""
+    system, _, tags = variant.partition("[")
+    return LABELS.get(system, system) + (f" [{tags.rstrip(']')}]" if tags else "")
+
+
 def default_targets(env: str, minutes: float) -> list[float]:
     """The returns a report times an env's runs to: its targets, and lower ones that a short
     budget reaches (a ratio needs a target both systems reached)."""
@@ -276,13 +283,14 @@ def collect_pooled(roots: list[Path], targets: list[float], budget_min: float,
     return out
 
 
-def default_hyper(system: str) -> dict[str, Any]:
-    """What ``system`` runs with when given no hyper-parameters today: RLlib's matched baseline
-    for RLlib, PPOHyper's defaults for ours."""
+def default_hyper(system: str, env_id: str) -> dict[str, Any]:
+    """What ``system`` runs with on ``env_id`` when given no hyper-parameters today: RLlib's
+    matched baseline for RLlib, PPOHyper's defaults (the env's own included) for ours."""
     from benchmarks.rllib_ppo import baseline_hyper  # imports torch: only when relabelling
-    from functions.hyper import PPOHyper
+    from functions.hyper import env_hyper
 
-    return (baseline_hyper() if system.startswith("rllib") else PPOHyper()).model_dump()
+    chosen = baseline_hyper(env_id) if system.startswith("rllib") else env_hyper(env_id)
+    return chosen.model_dump()
 
 
 # PPOHyper fields added after runs were recorded, with the value that is exactly what every run
@@ -306,7 +314,7 @@ def label_by_hyper(variant: str, run: dict[str, Any]) -> str:
     name, _, rest = variant.partition("[")
     system = run["bench"].get("system") or name
     tags = [t for t in rest.rstrip("]").split(",") if t and not t.startswith("hyper.")]
-    for field, default in default_hyper(system).items():
+    for field, default in default_hyper(system, run["bench"].get("env", "Hopper-v5")).items():
         recorded = field in hyper or field in BEHAVIOUR_BEFORE_FIELD
         ran_with = hyper[field] if field in hyper else BEHAVIOUR_BEFORE_FIELD.get(field)
         if not recorded or ran_with != default:

@@ -17,6 +17,7 @@ from benchmarks.compare_analysis import (
     bootstrap_ratio_ci,
     budget_points,
     censored_speedup,
+    display,
     run_minutes,
     seed_outcome,
     speedup,
@@ -391,7 +392,8 @@ def equal_core_line(env: str, data: dict[str, list[dict[str, Any]]], minutes: fl
     if len(mine) != 1:
         return []
     st = {v: stats(data[v], minutes, [target]) for v in data}
-    rivals = [v for v in BASELINES if v in data and cores(v) == mine]
+    # every baseline's runs at any settings recorded (its own, ours, an env's), fastest wins
+    rivals = [v for v in data if v.partition("[")[0] in BASELINES and cores(v) == mine]
     if not rivals:
         return []
     head = f"vs best equal-core baseline, {env}: "
@@ -401,7 +403,7 @@ def equal_core_line(env: str, data: dict[str, list[dict[str, Any]]], minutes: fl
         bests = [r["points"].get("best_return") for r in data[v]
                  if r["points"]["to_target"].get(f"{target:g}") is None]
         bests = [b for b in bests if b is not None]
-        text = (f"{LABELS.get(v, v)} reached {target:g} in {to['reached']} of {to['n']} "
+        text = (f"{display(v)} reached {target:g} in {to['reached']} of {to['n']} "
                 f"{minutes:g}-minute runs")
         if bests:
             text += (f"; the best returns of those that missed: {_range(bests, '{:,.0f}')} "
@@ -425,7 +427,7 @@ def equal_core_line(env: str, data: dict[str, list[dict[str, Any]]], minutes: fl
     # so the ratio is a lower bound ("at least"), never flattering us.
     best = min(rivals, key=lambda v: bound(v, "wall_s"))
     ratio = bound(best, "wall_s") / max(bound("stellaris", "wall_s"), 1e-9)
-    line = f"{head}{ratio:.1f}x faster to {target:g} than {LABELS.get(best, best)}"
+    line = f"{head}{ratio:.1f}x faster to {target:g} than {display(best)}"
     if censored(best):
         line += f" (at least: {missed(best)})"
     if "rllib" in data:

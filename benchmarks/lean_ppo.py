@@ -49,7 +49,7 @@ from functions.compiled import MinibatchLoss, Stats, clipped_grad  # noqa: E402
 from functions.envs import WarmEnv  # noqa: E402
 from functions.epochs import Minibatch, run_epochs  # noqa: E402
 from functions.events import ActorEvent  # noqa: E402
-from functions.hyper import PolicySpec, PPOHyper  # noqa: E402
+from functions.hyper import PolicySpec, PPOHyper, env_hyper  # noqa: E402
 from functions.normalizer import RunningMeanStd  # noqa: E402
 from functions.policy import flatten_parameters, init_policy, load_policy_tensors  # noqa: E402
 from functions.ppo import annealed_lr  # noqa: E402
@@ -91,7 +91,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
         raise ValueError("publish_epoch is a lag of its own: use it with lag=0")
     if two_core and (lag or grad_delay or publish_epoch is not None):
         raise ValueError("two_core is a pipeline of its own: no lag, grad_delay or publish_epoch")
-    hyper = hyper or PPOHyper()
+    hyper = hyper or env_hyper(env_id)
     spec = spec or PolicySpec()
     torch.set_num_threads(1)
     torch.manual_seed(seed)
@@ -245,11 +245,11 @@ class _DelayedGradients:
         self.sums.add(stats)
 
 
-def _hyper(is_correction: str | None, pairs: list[str]) -> PPOHyper:
+def _hyper(env_id: str, is_correction: str | None, pairs: list[str]) -> PPOHyper:
     fields = parse_set(pairs)  # KEY=VALUE, values parsed as JSON where they can be
     if is_correction:
         fields["is_correction"] = is_correction
-    return PPOHyper(**fields)
+    return env_hyper(env_id, **fields)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.minutes is None and a.total_steps is None:
         p.error("give --minutes or --total-steps")
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              _hyper(a.is_correction, a.hyper), lag=a.lag,
+              _hyper(a.env, a.is_correction, a.hyper), lag=a.lag,
               grad_delay=a.grad_delay, adam_beta1=a.adam_beta1,
               compile=not a.no_compile, publish_epoch=a.publish_epoch, stop_at_return=a.stop_at_return,
               init_from=a.init_from, two_core=a.two_core)

@@ -67,7 +67,7 @@ from benchmarks._common import (  # noqa: E402
     runner_parser,
     since_process_start,
 )
-from functions.hyper import PPOHyper  # noqa: E402
+from functions.hyper import PPOHyper, env_hyper  # noqa: E402
 from functions.ppo import LR_FLOOR  # noqa: E402
 
 # Every ended episode's return and length, as the env runners computed them (whole episodes,
@@ -215,11 +215,12 @@ def _get(result: dict[str, Any], *paths: str) -> Any:
     return None
 
 
-def baseline_hyper(**fields: Any) -> PPOHyper:
-    """The hyper-parameters RLlib's matched baseline runs with: ours, except what RLlib's PPO
-    has no counterpart for: no IS correction, and every epoch (no ``target_kl``; RLlib's KL
-    counterpart is a penalty, off to match ours)."""
-    return PPOHyper(**{"is_correction": "none", "target_kl": None, **fields})
+def baseline_hyper(env_id: str = "Hopper-v5", **fields: Any) -> PPOHyper:
+    """The hyper-parameters RLlib's matched baseline runs with on ``env_id``: ours (the env's
+    own defaults included), except what RLlib's PPO has no counterpart for: no IS correction,
+    and every epoch (no ``target_kl``; RLlib's KL counterpart is a penalty, off to match
+    ours)."""
+    return env_hyper(env_id, **{"is_correction": "none", "target_kl": None, **fields})
 
 
 def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: float | None = None,
@@ -238,7 +239,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
 
     if minutes is None and total_steps is None:
         raise ValueError("give a budget: minutes or total_steps")
-    hyper = hyper or baseline_hyper()
+    hyper = hyper or baseline_hyper(env_id)
     system = system or ("rllib-norm" if norm else "rllib")
     since_start = since_process_start()
     t_setup = time.perf_counter()
@@ -306,7 +307,7 @@ RLLIB_HYPER = {"gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_g
                "update_epochs", "num_minibatches", "learning_rate"}
 
 
-def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
+def _hyper(p: argparse.ArgumentParser, env_id: str, pairs: list[str]) -> PPOHyper:
     # parsed here, not with orchestrator.cli.parse_set: importing that module sets
     # OMP_NUM_THREADS=1, which Ray's learner would inherit and RLlib's runs would change
     fields: dict[str, Any] = {}
@@ -322,7 +323,7 @@ def _hyper(p: argparse.ArgumentParser, pairs: list[str]) -> PPOHyper:
     if unmatched:
         p.error(f"--hyper: RLlib's PPO has no counterpart for {unmatched} here "
                 f"(it takes {sorted(RLLIB_HYPER)}; anneal the learning rate with --anneal-lr-steps)")
-    return baseline_hyper(**fields)
+    return baseline_hyper(env_id, **fields)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"adaptive KL penalty with kl_target {KL_TARGET} (the module's docstring)")
     a = parse_budgeted(p, argv)
     s = train(a.env, a.seed, a.out, a.minutes, a.total_steps, a.n_envs, a.rollout_steps,
-              a.num_env_runners, hyper=_hyper(p, a.hyper), anneal_lr_steps=a.anneal_lr_steps,
+              a.num_env_runners, hyper=_hyper(p, a.env, a.hyper), anneal_lr_steps=a.anneal_lr_steps,
               stop_at_return=a.stop_at_return, norm=a.norm)
     print(f"RLlib PPO{' (norm)' if a.norm else ''} {a.env} seed {a.seed}: {s['env_steps']} steps in {s['wall_s']:.1f} s "
           f"({s['sps']:.0f}/s), return {s['mean_return']}, ${s['cost']['total_usd']:.6f} "

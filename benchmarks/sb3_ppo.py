@@ -63,9 +63,9 @@ def settings(env_id: str, which: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(PPO's keyword arguments, policy_kwargs) of ``which`` ("zoo" or "ours") for ``env_id``;
     activation functions by name (JSON-able for config.json)."""
     if which == "ours":
-        from functions.hyper import PPOHyper
+        from functions.hyper import env_hyper
 
-        h = PPOHyper()
+        h = env_hyper(env_id)
         return (dict(n_steps=2048 // N_ENVS, batch_size=2048 // h.num_minibatches,
                      n_epochs=h.update_epochs, learning_rate=h.learning_rate, gamma=h.gamma,
                      gae_lambda=h.gae_lambda, clip_range=h.clip_coef, ent_coef=h.ent_coef,

@@ -6,7 +6,7 @@ maths the PPO settings belong to is in ``docs/algorithm.md``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -60,6 +60,21 @@ class PPOHyper(BaseModel):
     # (one forward pass; with stale data the behaviour critic is one batch out of date:
     # docs/decisions.md#gae-values-learner).
     gae_values: Literal["behaviour", "learner"] = "learner"
+
+
+# Per-env defaults: where the global defaults, chosen on Hopper, did not serve an env. They
+# sit under every choice a run makes (a config's or a flag's hyper field wins); each has its
+# decision entry.
+ENV_HYPER: dict[str, dict[str, Any]] = {
+    # The entropy bonus that kept the policy from collapsing into the ~1,650 gait
+    # (docs/decisions.md#halfcheetah-ent-coef).
+    "HalfCheetah-v5": {"ent_coef": 0.005},
+}
+
+
+def env_hyper(env_id: str, **fields: Any) -> PPOHyper:
+    """PPOHyper for ``env_id``: its defaults (:data:`ENV_HYPER`) under ``fields``."""
+    return PPOHyper(**{**ENV_HYPER.get(env_id, {}), **fields})
 
 
 class PolicySpec(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from functions.hyper import ENV_HYPER
 from orchestrator.config.load import MOVED, PRESET_NOTES, PRESETS
 from orchestrator.config.train import TrainConfig
 
@@ -36,6 +37,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                                       "log_interval_s", "progress"),
 }
 SECTIONS = ("aggregation", "experimental", "hyper", "policy")
+# The decision entry of each env's own defaults (functions/hyper.py::ENV_HYPER).
+ENV_DECISIONS = {"HalfCheetah-v5": "halfcheetah-ent-coef"}
 # The functions' models carry comments, not descriptions: one line each until they do.
 NOTES: dict[str, dict[str, str]] = {
     "hyper": {
@@ -186,7 +189,17 @@ def render() -> str:
         lines += [f"## `{section}`", "", _describe(about), "",
                   *_table(model, tuple(model.model_fields), f"{section}.",
                           NOTES.get(section)), ""]
-    lines += ["## Presets", "",
+    lines += ["## Per-env defaults", "",
+              "Where the defaults above, chosen on Hopper-v5, did not serve an env, it has its "
+              "own (`functions/hyper.py::ENV_HYPER`), under every choice a run makes: a TOML "
+              "file's, an environment variable's or a flag's `hyper` field wins. The "
+              "baselines' \"ours\" settings take them too.", "",
+              "| env | sets | why |", "|---|---|---|"]
+    for env, fields in ENV_HYPER.items():
+        why = ENV_DECISIONS[env]
+        lines.append(f"| {_code(env)} | {', '.join(_flat({'hyper': fields}))} | "
+                     f"[decisions.md#{why}](decisions.md#{why}) |")
+    lines += ["", "## Presets", "",
               "A preset's fields sit below the TOML file, environment variables and flags.", "",
               "| preset | what it is | sets |", "|---|---|---|"]
     for name, fields in PRESETS.items():

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from functions.hyper import PolicySpec, PPOHyper
+from functions.hyper import ENV_HYPER, PolicySpec, PPOHyper
 from orchestrator.config.sections import AggregationConfig, ExperimentalConfig
 from orchestrator.cost import PriceTable
 from store import redact
@@ -121,6 +121,23 @@ class TrainConfig(BaseModel):
     experimental: ExperimentalConfig = Field(
         default_factory=ExperimentalConfig, description="Performance and research knobs, each "
         "default measured; a run needs none of them.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_hyper_under_the_runs(cls, data: Any) -> Any:
+        # The env's own defaults (functions/hyper.py::ENV_HYPER) under the hyper fields given.
+        if not isinstance(data, dict):
+            return data
+        env = data.get("env", cls.model_fields["env"].default)
+        defaults = ENV_HYPER.get(env) if isinstance(env, str) else None
+        if not defaults:
+            return data
+        given = data.get("hyper") or {}
+        if isinstance(given, PPOHyper):
+            given = given.model_dump(exclude_unset=True)
+        if not isinstance(given, dict):
+            return data  # not a table: the field's own validation says so
+        return {**data, "hyper": {**defaults, **given}}
 
     @model_validator(mode="after")
     def _known_prices(self) -> TrainConfig:

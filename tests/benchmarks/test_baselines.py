@@ -219,3 +219,14 @@ def test_the_results_line_names_the_fastest_equal_core_baseline_and_rllibs_dolla
                     "2000 in 1 of 2 5-minute runs; the best returns of those that missed: 1,900 "
                     "(up to 100 short)")
     assert equal_core_line("Hopper-v5", {"stellaris": data["stellaris"]}, 5.0, 2000) == []
+
+
+def test_a_baseline_at_other_settings_is_a_rival_too_named_by_its_tags() -> None:
+    data = {"stellaris": [_run(1, 2, 40.0, 0.002, 2500), _run(2, 2, 60.0, 0.004, 2600)],
+            "lean2": [_run(1, 2, 70.0, 0.002, 2500), _run(2, 2, 80.0, 0.002, 2500)],
+            "lean2[hyper.ent_coef=0.003]": [_run(1, 2, 55.0, 0.002, 2500),
+                                            _run(2, 2, 65.0, 0.002, 2500)],
+            "stellaris[hyper.ent_coef=0.003]": [_run(1, 2, 10.0, 0.001, 2500)]}  # never a rival
+    assert equal_core_line("Hopper-v5", data, 5.0, 2000)[0] == (
+        "vs best equal-core baseline, Hopper-v5: 1.2x faster to 2000 than lean PPO, two cores "
+        "[hyper.ent_coef=0.003]; $ vs RLlib PPO: n/a (no RLlib PPO runs)")

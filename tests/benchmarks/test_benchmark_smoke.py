@@ -186,15 +186,22 @@ def test_shared_hyper_reaches_every_system_and_gets_its_own_out_folder(tmp_path:
     assert compare.hyper_suffix(["ent_coef=0.005"]) == "-ent_coef=0.005"
     # RLlib takes the value it is given, and refuses a field it has no counterpart for
     parser = argparse.ArgumentParser()
-    assert rllib_ppo._hyper(parser, ["ent_coef=0.005"]).ent_coef == 0.005
-    cfg = rllib_ppo.build_config("Hopper-v5", 1, rllib_ppo._hyper(parser, ["ent_coef=0.005"]))
+    assert rllib_ppo._hyper(parser, "Hopper-v5", ["ent_coef=0.005"]).ent_coef == 0.005
+    cfg = rllib_ppo.build_config("Hopper-v5", 1,
+                                 rllib_ppo._hyper(parser, "Hopper-v5", ["ent_coef=0.005"]))
     assert cfg.entropy_coeff == 0.005
     with pytest.raises(SystemExit):
-        rllib_ppo._hyper(parser, ["clip_vloss=false"])
+        rllib_ppo._hyper(parser, "Hopper-v5", ["clip_vloss=false"])
     # RLlib's PPO runs every epoch: its recorded hyper-parameters say so
-    assert rllib_ppo._hyper(parser, []).target_kl is None
+    assert rllib_ppo._hyper(parser, "Hopper-v5", []).target_kl is None
     with pytest.raises(SystemExit):
-        rllib_ppo._hyper(parser, ["target_kl=0.01"])
+        rllib_ppo._hyper(parser, "Hopper-v5", ["target_kl=0.01"])
+    # an env's own defaults reach the matched baseline, under what it is given
+    from functions.hyper import ENV_HYPER
+
+    env, fields = next(iter(ENV_HYPER.items()))
+    assert rllib_ppo._hyper(parser, env, []).model_dump(include=set(fields)) == fields
+    assert rllib_ppo._hyper(parser, env, ["ent_coef=0.0"]).ent_coef == 0.0
 
 
 def test_stop_at_return_reaches_every_system_and_ends_the_lean_run(tmp_path: Path) -> None:

@@ -107,6 +107,29 @@ def test_paper_preset_needs_no_experimental_field() -> None:
     assert mine.aggregation.v0 == 3 and mine.aggregation.staleness_weights
 
 
+def test_an_envs_own_defaults_sit_under_every_choice_a_run_makes(tmp_path: Path) -> None:
+    from functions.hyper import ENV_HYPER, PPOHyper, env_hyper
+
+    env, (field, value) = next((e, next(iter(d.items()))) for e, d in ENV_HYPER.items() if d)
+    assert value != PPOHyper.model_fields[field].default  # a default of its own, else no entry
+    assert getattr(TrainConfig(env=env, minutes=1).hyper, field) == value
+    assert getattr(load_config(None, {"env": env, "minutes": 1}).hyper, field) == value
+    assert getattr(env_hyper(env), field) == value  # the baselines' "ours" settings
+    assert getattr(TrainConfig(minutes=1).hyper, field) == PPOHyper.model_fields[field].default
+    # the run's own choice wins, whichever way it is given ...
+    mine = 0.123
+    assert getattr(TrainConfig(env=env, minutes=1, hyper={field: mine}).hyper, field) == mine
+    assert getattr(TrainConfig(env=env, minutes=1, hyper=PPOHyper(**{field: mine})).hyper,
+                   field) == mine
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'env = "{env}"\nminutes = 1\n[hyper]\n{field} = {mine}\n')
+    assert getattr(load_config(toml).hyper, field) == mine
+    assert getattr(env_hyper(env, **{field: mine}), field) == mine
+    # ... and other fields given keep the env's default beside them
+    cfg = TrainConfig(env=env, minutes=1, hyper=PPOHyper(gamma=0.99))
+    assert cfg.hyper.gamma == 0.99 and getattr(cfg.hyper, field) == value
+
+
 def test_resolved_values_follow_the_learners() -> None:
     one = load_config(None, {"minutes": 1})
     assert (one.publishing_learner, one.lookahead, one.grads_per_message, one.h_max) == (
