@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare_analysis import LABELS
+from benchmarks.compare_analysis import display
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -44,7 +44,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(ys, axis=0)
                 lo, hi_ = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
-            line = ax.plot(grid, mean, label=f"{LABELS.get(variant, variant)} (n={len(curves)})")
+            line = ax.plot(grid, mean, label=f"{display(variant)} (n={len(curves)})")
             if len(curves) > 1:
                 ax.fill_between(grid, lo, hi_, color=line[0].get_color(), alpha=0.15)
         ax.set_xlabel(xlabel)
@@ -59,7 +59,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
     means = [float(np.mean([r["facts"]["usd"] for r in data[v]])) for v in names]
     errs = [float(np.std([r["facts"]["usd"] for r in data[v]])) for v in names]
     ax.bar(range(len(names)), means, yerr=errs, capsize=3)
-    ax.set_xticks(range(len(names)), [LABELS.get(v, v) for v in names], rotation=20, ha="right",
+    ax.set_xticks(range(len(names)), [display(v) for v in names], rotation=20, ha="right",
                   fontsize=7)
     ax.set_ylabel("cost per run (USD)")
     ax.set_title(f"{env}: final cost per run (same budget)")
@@ -80,7 +80,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
                 tot = sum(hist.values())
                 w = 0.8 / len(stell)
                 ax.bar([k + i * w for k in ks], [hist[k] / tot for k in ks], width=w,
-                       label=LABELS.get(v, v))
+                       label=display(v))
             ax.set_xlabel(f"staleness of {'trajectories' if kind == 'traj' else 'gradients'} "
                           "(versions)")
             ax.set_ylabel("fraction")

@@ -65,7 +65,7 @@ def _at_target_table(caption: str, name: str, key: str, st: dict[str, Any], orde
     over the runs) for each system."""
     return [caption, ""] + md_table(
         ["system"] + [f"{name} at {t:g}" for t in targets],
-        [[LABELS.get(v, v)] + [ms(st[v]["to"][t][key], "{:.2f}") for t in targets]
+        [[display(v)] + [ms(st[v]["to"][t][key], "{:.2f}") for t in targets]
          for v in order])
 
 
@@ -116,8 +116,8 @@ def per_seed_table(data: dict[str, list[dict[str, Any]]], order: list[str],
         return f"<= {speed:.2f}x / >= {usd:.2f}x" if not ok_m else f">= {speed:.2f}x / <= {usd:.2f}x"
 
     pairs = [(m, o) for m in ours for o in baselines]
-    head = ["seed"] + [LABELS.get(v, v) for v in order] + [
-        f"{LABELS.get(m, m)} vs {LABELS[o]}: time / $" for m, o in pairs]
+    head = ["seed"] + [display(v) for v in order] + [
+        f"{display(m)} vs {LABELS[o]}: time / $" for m, o in pairs]
     columns: dict[tuple[str, str], tuple[list[float], list[float]]] = {pr: ([], []) for pr in pairs}
     rows = []
     for seed in sorted({s for v in order for s in by_seed.get(v, {})}):
@@ -252,11 +252,11 @@ def _preamble(data: dict[str, list[dict[str, Any]]], st: dict[str, Any], order: 
               minutes: float) -> list[str]:
     """Seeds per system, load, runs longer than the budget, runs stopped at a return."""
     loads = [x for v in order for x in st[v]["load"]]
-    seeds = ", ".join(f"{LABELS.get(v, v)} {st[v]['n']}" for v in order)
+    seeds = ", ".join(f"{display(v)} {st[v]['n']}" for v in order)
     lines = [f"Seeds per system: {seeds}." + (
         f" Load average (1 min) before each run: {min(loads):.2f}–{max(loads):.2f} (median "
         f"{sorted(loads)[len(loads) // 2]:.2f})." if loads else "")]
-    longer = {LABELS.get(v, v): sorted({run_minutes(r, minutes) for r in data[v]})
+    longer = {display(v): sorted({run_minutes(r, minutes) for r in data[v]})
               for v in order if any(run_minutes(r, minutes) != minutes for r in data[v])}
     if longer:
         lines += ["", "Runs longer than the budget (`--system-minutes`), so that their time to "
@@ -292,7 +292,7 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     lines += md_table(
         ["system"] + [f"return @ {p:g} min" for p in points]
         + ["best return", "env steps/s", "$ per run"],
-        [[LABELS.get(v, v)] + [ms(st[v]["ret_at"][p]) for p in points]
+        [[display(v)] + [ms(st[v]["ret_at"][p]) for p in points]
          + [ms(st[v]["best"]), ms(st[v]["sps"]), ms(st[v]["usd"], "{:.5f}")] for v in order])
 
     def time_cell(h: dict[str, Any]) -> str:
@@ -308,12 +308,12 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
     lines += ["Time (s) and $ to reach a return (first logged row whose mean of the last 100 "
               "episodes reaches it; mean ± sd over the seeds that reached it):", ""]
     lines += md_table(["system"] + [f"{t:g}: time / $" for t in targets],
-                      [[LABELS.get(v, v)] + [time_cell(st[v]["to"][t]) for t in targets]
+                      [[display(v)] + [time_cell(st[v]["to"][t]) for t in targets]
                        for v in order])
     lines += ["Env steps (thousands) to reach a return, over the same seeds: how much each "
               "system learns per env step, whatever its throughput:", ""]
     lines += md_table(["system"] + [f"k steps to {t:g}" for t in targets],
-                      [[LABELS.get(v, v)] + [steps_cell(st[v]["to"][t]) for t in targets]
+                      [[display(v)] + [steps_cell(st[v]["to"][t]) for t in targets]
                        for v in order])
     lines += _at_target_table(
         "Policy entropy (nats, `losses/entropy`) when each return was first reached: how narrow "
@@ -340,11 +340,11 @@ def env_report(env: str, minutes: float, data: dict[str, list[dict[str, Any]]],
         lines += ratio_lines(st, data, v, f"{v} ", v, ("rllib", "lean"), targets, minutes)
     stell = [v for v in order if v.startswith("stellaris")]
     for v in [*stell, *(["sync"] if "sync" in st else [])]:
-        lines += footprint_line(LABELS.get(v, v), st[v]["footprint"])
+        lines += footprint_line(display(v), st[v]["footprint"])
     if stell:
         lines += ["Staleness (Stellaris runs, versions; with a publishing learner a version "
                   "is one update): " + "; ".join(
-                      f"{LABELS.get(v, v)}: {stale_summary(data[v])}" for v in stell) + ".", ""]
+                      f"{display(v)}: {stale_summary(data[v])}" for v in stell) + ".", ""]
     if fig_dir is not None:
         lines += [f"Figures (not committed; regenerate with `--report-only`): `{fig_dir}/"
                   f"{env}_return_vs_{{wall,env,cost}}.png`, `{env}_cost.png`, "
@@ -369,7 +369,7 @@ def headline_rows(data: dict[str, list[dict[str, Any]]], minutes: float,
         cores = sorted({r.get("facts", {}).get("cores") or r["cores"] for r in runs
                         if r.get("facts", {}).get("cores") or r.get("cores")})
         rows.append({
-            "system": LABELS.get(v, v), "path": "; ".join(paths) or None,
+            "system": display(v), "path": "; ".join(paths) or None,
             "cores": "/".join(str(c) for c in cores) or None, "seeds": len(runs),
             "seed_values": sorted(int(r["seed"]) for r in runs),
             "time_s": {"values": to["t"], "reached": to["reached"], "n": to["n"]},
