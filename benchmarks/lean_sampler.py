@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import queue
 import select
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import IO, Any
 
@@ -75,13 +77,24 @@ class RemoteSampler:
              "--gamma", repr(gamma)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO,
             env={**os.environ, "PYTHONPATH": pythonpath})
+        # Weights go down on a thread of their own: a frame larger than the pipe's buffer
+        # (Humanoid's policy) would otherwise block the learner in write() while the sampler
+        # blocks writing its next rollout, which the learner is not reading yet.
+        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        self._writer = threading.Thread(target=self._write_weights, name="lean-weights",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write_weights(self) -> None:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # closed: the run is over
+            while (blob := self._outbox.get()) is not None:
+                write_frame(self.proc.stdin, blob)
 
     def publish(self, version: int, model: Any, obs_rms: Any, ret_rms: Any) -> None:
         from functions.policy import policy_tensors
         from store import encode
 
-        write_frame(self.proc.stdin, encode(policy_tensors(model, obs_rms, ret_rms),
-                                            {"version": version}))
+        self._outbox.put(encode(policy_tensors(model, obs_rms, ret_rms), {"version": version}))
 
     def next_rollout(self) -> Any:
         from functions.wire import Trajectory
@@ -95,8 +108,11 @@ class RemoteSampler:
         # The sampler is most likely blocked writing the next rollout, which nobody will read:
         # closing both pipes ends it at once (a broken pipe), not after a timeout that would
         # sit on the run's clock and bill.
-        self.proc.stdin.close()
+        self._outbox.put(None)
         self.proc.stdout.close()
+        self._writer.join(timeout=10)  # it ends once the sampler stops reading (broken pipe)
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

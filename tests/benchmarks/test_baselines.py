@@ -87,6 +87,18 @@ def test_two_core_lean_ppo_samples_in_a_second_process_from_process_start(tmp_pa
     assert s["wall_s"] - float(rows[-2]["wall_s"]) < 5.0
 
 
+@pytest.mark.timeout(200)
+def test_two_core_lean_ppo_sends_weights_larger_than_a_pipes_buffer(tmp_path: Path) -> None:
+    # Humanoid's policy is ~220 KB, over the 64 KiB pipe buffer: sending it must not wait for
+    # a sampler that is itself blocked sending its next rollout
+    out = tmp_path / "lean2"
+    elapsed, s = _run_timed(["benchmarks/lean_ppo.py", "--two-core", "--no-compile", "--env",
+                             "Humanoid-v5", "--n-envs", "4", "--rollout-steps", "64",
+                             "--total-steps", "2048", "--seed", "3"], out, timeout=150)
+    assert int(_rows(out)[-1]["version"]) >= 5 and s["env_steps"] >= 2048
+    assert s["wall_s"] <= elapsed
+
+
 @pytest.mark.timeout(240)
 def test_rllib_norm_logs_raw_returns_while_learning_from_normalised_rewards(tmp_path: Path) -> None:
     from benchmarks import rllib_ppo
