@@ -133,11 +133,12 @@ class TrainConfig(BaseModel):
         if not defaults:
             return data
         given = data.get("hyper") or {}
-        if isinstance(given, PPOHyper):
-            given = given.model_dump(exclude_unset=True)
+        if isinstance(given, PPOHyper):  # a model stays one: an assignment keeps it as is
+            return {**data, "hyper": PPOHyper(
+                **{**defaults, **given.model_dump(exclude_unset=True)})}
         if not isinstance(given, dict):
             return data  # not a table: the field's own validation says so
-        return {**data, "hyper": {**defaults, **given}}
+        return {**data, "hyper": {**defaults, **given}}  # validated as the field, errors named
 
     @model_validator(mode="after")
     def _known_prices(self) -> TrainConfig:

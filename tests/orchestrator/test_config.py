@@ -128,6 +128,17 @@ def test_an_envs_own_defaults_sit_under_every_choice_a_run_makes(tmp_path: Path)
     # ... and other fields given keep the env's default beside them
     cfg = TrainConfig(env=env, minutes=1, hyper=PPOHyper(gamma=0.99))
     assert cfg.hyper.gamma == 0.99 and getattr(cfg.hyper, field) == value
+    # assignments (validate_assignment) keep a model and the choices made
+    cfg.minutes = 2
+    assert isinstance(cfg.hyper, PPOHyper) and getattr(cfg.hyper, field) == value
+    cfg.hyper = PPOHyper(**{field: mine})
+    cfg.minutes = 3
+    assert getattr(cfg.hyper, field) == mine
+    moved = TrainConfig(minutes=1)
+    moved.env = env
+    assert getattr(moved.hyper, field) == value
+    with pytest.raises(ConfigError, match=r"hyper\.bogus"):  # errors name the field's place
+        load_config(None, {"env": env, "minutes": 1, "hyper": {"bogus": 1}})
 
 
 def test_resolved_values_follow_the_learners() -> None:
