@@ -88,7 +88,7 @@ def test_compare_runs_two_systems_records_each_run_and_the_page_shows_them(
     assert "### CartPole-v1" in text and "#### 0.13-minute budget, `equal-cores`" in text
     assert "### CartPole-v1, 0.13-minute budget (`equal-cores`)" in text
     assert "| lean PPO | n/a (baseline) | 1 | 1 (1) |" in text  # the cores it uses, not the machine's
-    assert f"| stellaris[backend=inline] | {PUBLISHING} |" in text
+    assert f"| Stellaris (async) [backend=inline] | {PUBLISHING} |" in text
     assert "speedup vs lean PPO:" in text and "| system | entropy at" in text
     assert f"{recs['lean']['summary']['sps']:.0f}" in text and steps > 0
     assert head[:7] in text and "python benchmarks/compare.py --envs CartPole-v1" in text
