@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from functions.hyper import ENV_HYPER, PolicySpec, PPOHyper
+from functions.hyper import ENV_HYPER, PolicySpec, PPOHyper, env_hyper
 from orchestrator.config.sections import AggregationConfig, ExperimentalConfig
 from orchestrator.cost import PriceTable
 from store import redact
@@ -134,8 +134,7 @@ class TrainConfig(BaseModel):
             return data
         given = data.get("hyper") or {}
         if isinstance(given, PPOHyper):  # a model stays one: an assignment keeps it as is
-            return {**data, "hyper": PPOHyper(
-                **{**defaults, **given.model_dump(exclude_unset=True)})}
+            return {**data, "hyper": env_hyper(env, **given.model_dump(exclude_unset=True))}
         if not isinstance(given, dict):
             return data  # not a table: the field's own validation says so
         return {**data, "hyper": {**defaults, **given}}  # validated as the field, errors named
