@@ -107,6 +107,10 @@ def summarise(run_dir: Path, steps: int) -> tuple[dict[str, Any], dict[str, Any]
         "sps": round(summary["sps"], 1),
         "truncated_frac": summary.get("is_truncated_frac_mean"),
         "is_others_mean": summary.get("is_others_mean"),
+        "is_weight_mean": summary.get("is_weight_mean"),
+        "update_epochs_mean": summary.get("update_epochs_mean"),
+        # one per aggregation on the paper's path, one per minibatch in sync PPO's rounds
+        "optimizer_steps": summary.get("aggregations") or summary.get("grads_applied"),
         "traj_staleness_mean": staleness.get("traj"),
         "traj_staleness_p99": percentiles.get("traj", {}).get("p99"),
         "grad_staleness_mean": staleness.get("grad"),
@@ -202,6 +206,9 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
                                       "diagnostic" if variant not in PAPER_VARIANTS else
                                       verdict(full, vals)),
             "truncated %": 100 * statistics.fmean(trunc) if trunc else None,
+            "mean IS weight": _mean(runs[variant], "is_weight_mean"),
+            "epochs run": _mean(runs[variant], "update_epochs_mean"),
+            "Adam steps / 1k env steps": _adam_steps(runs[variant]),
             "grad staleness": _mean(runs[variant], "grad_staleness_mean"),
             "traj staleness": _mean(runs[variant], "traj_staleness_mean"),
             "missing versions": sum(r["summary"].get("is_versions_missing") or 0
@@ -229,6 +236,17 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
                      extra={"title": f"{env} at {steps:,} env steps: the paper's shape, its "
                             "ablations and sync PPO", "legend": legend})
     return lines
+
+
+def _adam_steps(runs: list[dict[str, Any]]) -> float | None:
+    """Optimizer (Adam) steps per 1,000 env steps; records older than the field give it only
+    on the paper's path (its aggregations)."""
+    vals = []
+    for r in runs:
+        steps = r["summary"].get("optimizer_steps") or r.get("details", {}).get("aggregations")
+        if steps and r["summary"].get("env_steps"):
+            vals.append(1000 * steps / r["summary"]["env_steps"])
+    return statistics.fmean(vals) if vals else None
 
 
 def _mean(runs: list[dict[str, Any]], key: str) -> float | None:

@@ -31,11 +31,16 @@ class Counters:
     filler_resizes: int = 0  # filler sizes chosen by filler_envs = "auto"
     # IS truncation among several learners: versions another learner held that the store no
     # longer had (never skipped silently), and run sums of the truncated share and of the
-    # number of other learners' policies each gradient was truncated against
+    # number of other learners' policies each gradient was truncated against, and of the
+    # mean truncated weight (a sample cut from 1.0 to 0.98 counts as truncated all the same)
     is_versions_missing: int = 0
     is_truncated_sum: float = 0.0
     is_others_sum: float = 0.0
+    is_weight_sum: float = 0.0
     is_invocations: int = 0
+    # epochs the learner invocations ran (``target_kl`` may end one early)
+    update_epochs_sum: int = 0
+    update_invocations: int = 0
     traj_staleness: list[float] = field(default_factory=list)
     grad_staleness: list[int] = field(default_factory=list)
     last_errors: deque[str] = field(default_factory=lambda: deque(maxlen=5))

@@ -249,6 +249,10 @@ class Trainer(StoreRecovery):
                 self.counters.is_invocations += 1
                 self.counters.is_truncated_sum += float(payload["losses/is_truncated_frac"])
                 self.counters.is_others_sum += float(payload.get("is_others_mean", 0.0))
+                self.counters.is_weight_sum += float(payload.get("losses/is_weight_mean", 1.0))
+            if "losses/update_epochs" in payload:
+                self.counters.update_invocations += 1
+                self.counters.update_epochs_sum += int(payload["losses/update_epochs"])
             self.counters.previews += int(payload.get("previews", 0))
             # asked to compile and could not (no C++ compiler...): worth seeing in the summary
             if self.cfg.experimental.learner_compile and payload.get("compiled") is False:
@@ -400,6 +404,9 @@ class Trainer(StoreRecovery):
             "is_truncated_frac_mean": (c.is_truncated_sum / c.is_invocations
                                        if c.is_invocations else None),
             "is_others_mean": c.is_others_sum / c.is_invocations if c.is_invocations else None,
+            "is_weight_mean": c.is_weight_sum / c.is_invocations if c.is_invocations else None,
+            "update_epochs_mean": (c.update_epochs_sum / c.update_invocations
+                                   if c.update_invocations else None),
             "staleness_hist": {k: {str(s): n for s, n in sorted(v.items())} for k, v in hist.items()},
             "staleness_mean": {k: total / n for k, (total, n) in self._stale_sums.items() if n},
             "cost": self.cost.report(wall, self.footprint.orchestrator_cpu_s(),

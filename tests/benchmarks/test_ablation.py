@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import ablation  # noqa: E402
@@ -80,3 +82,30 @@ def test_every_variant_is_a_valid_train_command(tmp_path: Path) -> None:
             assert cfg.training_path == "aggregation (4 learners)"
     naive = ablation.VARIANTS["naive"]
     assert {"--no-staleness-weights", "--no-bound-decay", "none"} <= set(naive)
+
+
+def test_the_table_says_how_far_each_variant_moved_the_policy(tmp_path: Path) -> None:
+    """Mean IS weight, epochs run and Adam steps per 1k env steps: what explains a verdict;
+    a record older than ``optimizer_steps`` gives the aggregations kept in its details."""
+    for seed in (1, 2):
+        summary = {"variant": "full", "seed": seed, "env_steps": 4000, "versions": 800,
+                   "truncated_frac": 0.7, "is_weight_mean": 0.9 - seed / 100,
+                   "update_epochs_mean": 3 + seed, "optimizer_steps": 800}
+        write_record("ablation", "cmd", summary, {"return_at_env_steps": {"4000": 900.0}},
+                     benchmark="ablation", name=f"Hopper-v5/full-seed{seed}-4000",
+                     records=tmp_path)
+    old = {"variant": "sync", "seed": 1, "env_steps": 4000, "versions": 1}
+    write_record("ablation", "cmd", old, {"return_at_env_steps": {"4000": 1000.0}},
+                 benchmark="ablation", name="Hopper-v5/sync-seed1-4000", records=tmp_path)
+    older = {"variant": "no-is", "seed": 1, "env_steps": 4000, "versions": 400}
+    write_record("ablation", "cmd", older, {"return_at_env_steps": {"4000": 800.0}},
+                 benchmark="ablation", name="Hopper-v5/no-is-seed1-4000", records=tmp_path,
+                 extra={"details": {"aggregations": 400}})
+    ablation.report(tmp_path, "Hopper-v5", 4000, [])
+    doc = json.loads((tmp_path / "ablation-verdict" / "Hopper-v5-4000.json").read_text())
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert rows["full"]["mean IS weight"] == pytest.approx(0.885)
+    assert rows["full"]["epochs run"] == pytest.approx(4.5)
+    assert rows["full"]["Adam steps / 1k env steps"] == pytest.approx(200.0)
+    assert rows["no-is"]["Adam steps / 1k env steps"] == pytest.approx(100.0)
+    assert rows["sync"]["Adam steps / 1k env steps"] is None  # not in a record this old

@@ -48,6 +48,9 @@ def test_two_learners_truncate_against_the_versions_the_other_holds(tmp_path: Pa
     assert summary["is_others_mean"] > 0.25, summary
     assert summary["is_versions_missing"] == 0, summary["last_errors"]
     assert summary["is_truncated_frac_mean"] is not None
+    # a truncated weight is at most 1 and, with a policy barely moved, close to it
+    assert 0.5 < summary["is_weight_mean"] <= 1.0, summary
+    assert 1 <= summary["update_epochs_mean"] <= cfg.hyper.update_epochs
     # the bound's k counted rounds of 512 consumed env steps, not aggregations
     assert summary["rounds"] == summary["learner_steps_consumed"] // 512 >= 4
     assert summary["aggregations"] > 4 * summary["rounds"]
