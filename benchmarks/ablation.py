@@ -228,7 +228,7 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
         legend = "\n\n".join([*lines, "Verdicts say what *removing* a mechanism does to the "
                                "return (from the 95% interval of the difference of the means; "
                                "under three seeds a side, only a direction); the interval of "
-                               "each mean is in brackets."])
+                               "each mean is in brackets.", *machine_share(runs, at)])
         write_record("ablation-verdict", command_line("benchmarks/ablation.py", argv),
                      {"env": env, "env_steps": steps}, None,
                      benchmark="ablation-verdict", name=f"{env}-{steps}", rows=rows,
@@ -236,6 +236,28 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
                      extra={"title": f"{env} at {steps:,} env steps: the paper's shape, its "
                             "ablations and sync PPO", "legend": legend})
     return lines
+
+
+def machine_share(runs: dict[str, list[dict[str, Any]]], at: str) -> list[str]:
+    """How much of the spread the machine explains: the rank correlation, over every run of the
+    paper's path, of the return with env steps/s (on shared cores, fast actors mean starved
+    learners)."""
+    pairs = [(r["curve_points"]["return_at_env_steps"].get(at), r["summary"].get("sps"))
+             for variant, rs in runs.items() if variant != "sync" for r in rs]
+    pairs = [(ret, sps) for ret, sps in pairs if ret is not None and sps is not None]
+    if len(pairs) < 5:
+        return []
+    rho = statistics.correlation(_ranks([p[0] for p in pairs]), _ranks([p[1] for p in pairs]))
+    return [f"Across the {len(pairs)} runs of the paper's path, the rank correlation of the "
+            f"return with env steps/s: {rho:+.2f}."]
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    for rank, i in enumerate(order):
+        ranks[i] = float(rank)
+    return ranks
 
 
 def _adam_steps(runs: list[dict[str, Any]]) -> float | None:

@@ -109,3 +109,20 @@ def test_the_table_says_how_far_each_variant_moved_the_policy(tmp_path: Path) ->
     assert rows["full"]["Adam steps / 1k env steps"] == pytest.approx(200.0)
     assert rows["no-is"]["Adam steps / 1k env steps"] == pytest.approx(100.0)
     assert rows["sync"]["Adam steps / 1k env steps"] is None  # not in a record this old
+
+
+def test_the_legend_says_how_the_return_moved_with_env_steps_per_second(tmp_path: Path) -> None:
+    """Five runs of the paper's path whose return falls as their env steps/s rise: -1; the
+    sync runs stay out of it."""
+    for seed in range(5):
+        variant = ("full", "no-is")[seed % 2]
+        write_record("ablation", "cmd", {"variant": variant, "seed": seed, "sps": 500 + 100 * seed},
+                     {"return_at_env_steps": {"4000": 2000.0 - 300 * seed}}, benchmark="ablation",
+                     name=f"Hopper-v5/{variant}-seed{seed}-4000", records=tmp_path)
+    write_record("ablation", "cmd", {"variant": "sync", "seed": 9, "sps": 9999},
+                 {"return_at_env_steps": {"4000": 9999.0}}, benchmark="ablation",
+                 name="Hopper-v5/sync-seed9-4000", records=tmp_path)
+    ablation.report(tmp_path, "Hopper-v5", 4000, [])
+    doc = json.loads((tmp_path / "ablation-verdict" / "Hopper-v5-4000.json").read_text())
+    assert ("Across the 5 runs of the paper's path, the rank correlation of the return with "
+            "env steps/s: -1.00.") in doc["legend"]
