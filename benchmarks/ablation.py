@@ -44,7 +44,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compare_analysis import bootstrap_diff_ci, bootstrap_mean_ci  # noqa: E402
+from benchmarks.compare_analysis import (  # noqa: E402
+    bootstrap_diff_ci,
+    bootstrap_mean_ci,
+    bootstrap_ratio_ci,
+)
 from benchmarks.records import command_line, records_dir, write_record  # noqa: E402
 
 VARIANTS: dict[str, list[str]] = {
@@ -225,7 +229,7 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
     for line in lines:
         print(line)
     if rows:
-        legend = "\n\n".join([*lines, "Verdicts say what *removing* a mechanism does to the "
+        legend = "\n\n".join([*lines, *versus_sync(runs, steps), "Verdicts say what *removing* a mechanism does to the "
                                "return (from the 95% interval of the difference of the means; "
                                "under three seeds a side, only a direction); the interval of "
                                "each mean is in brackets.", *machine_share(runs, at)])
@@ -236,6 +240,35 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
                      extra={"title": f"{env} at {steps:,} env steps: the paper's shape, its "
                             "ablations and sync PPO", "legend": legend})
     return lines
+
+
+def versus_sync(runs: dict[str, list[dict[str, Any]]], steps: int) -> list[str]:
+    """How sure the paper-vs-sync ratio is (its bootstrap interval, per-seed ratios) and how it
+    moved over the run (at each quarter of the budget): one point estimate hides both."""
+    def at(variant: str, point: int) -> dict[int, float]:
+        return {r["summary"].get("seed", i): v for i, r in enumerate(runs.get(variant, []))
+                if (v := r["curve_points"]["return_at_env_steps"].get(str(point))) is not None}
+
+    end = points(steps)[-1]
+    full, sync = at("full", end), at("sync", end)
+    if not full or not sync:
+        return []
+    parts = []
+    ci = bootstrap_ratio_ci(list(full.values()), list(sync.values()))
+    if ci is not None:
+        parts.append(f"95% bootstrap interval of the ratio {ci[0]:.2f}–{ci[1]:.2f}x")
+    paired = sorted(set(full) & set(sync))
+    if paired:
+        parts.append("per seed " + ", ".join(f"{s}: {full[s] / sync[s]:.2f}x" for s in paired
+                                             if sync[s] > 0))
+    along = []
+    for point in points(steps)[:-1]:
+        f, s = at("full", point), at("sync", point)
+        if f and s and statistics.fmean(s.values()) > 0:
+            along.append(f"{point:,}: {statistics.fmean(f.values()) / statistics.fmean(s.values()):.2f}x")
+    if along:
+        parts.append("earlier in the run " + ", ".join(along))
+    return ["Paper shape vs sync: " + "; ".join(parts) + "."]
 
 
 def machine_share(runs: dict[str, list[dict[str, Any]]], at: str) -> list[str]:

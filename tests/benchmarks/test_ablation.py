@@ -126,3 +126,23 @@ def test_the_legend_says_how_the_return_moved_with_env_steps_per_second(tmp_path
     doc = json.loads((tmp_path / "ablation-verdict" / "Hopper-v5-4000.json").read_text())
     assert ("Across the 5 runs of the paper's path, the rank correlation of the return with "
             "env steps/s: -1.00.") in doc["legend"]
+
+
+def test_the_legend_gives_the_ratio_interval_per_seed_and_along_the_run(tmp_path: Path) -> None:
+    """Full ahead of sync early and behind at the end: the legend says both, with the
+    interval of the final ratio and each seed's own."""
+    for seed, (f_end, s_end) in ((1, (900.0, 1000.0)), (2, (800.0, 1000.0)),
+                                 (3, (1000.0, 1000.0))):
+        for variant, end, early in (("full", f_end, 600.0), ("sync", s_end, 400.0)):
+            curve = {str(p): early for p in ablation.points(4000)[:-1]} | {"4000": end}
+            write_record("ablation", "cmd", {"variant": variant, "seed": seed},
+                         {"return_at_env_steps": curve}, benchmark="ablation",
+                         name=f"Hopper-v5/{variant}-seed{seed}-4000", records=tmp_path)
+    ablation.report(tmp_path, "Hopper-v5", 4000, [])
+    legend = json.loads((tmp_path / "ablation-verdict" / "Hopper-v5-4000.json").read_text())[
+        "legend"]
+    line = next(x for x in legend.split("\n\n") if x.startswith("Paper shape vs sync:"))
+    assert "per seed 1: 0.90x, 2: 0.80x, 3: 1.00x" in line
+    assert "earlier in the run 1,000: 1.50x, 2,000: 1.50x, 3,000: 1.50x" in line
+    lo, hi = (float(x) for x in line.split("ratio ")[1].split("x;")[0].split("–"))
+    assert 0.8 <= lo <= 0.9 <= hi <= 1.0
