@@ -58,6 +58,14 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "capacity": ("Capacity: what one orchestrator and one Redis carry (docs/scale.md)",
                  "benchmarks/capacity.py"),
 }
+# what an empty section says beyond "no records yet", where the reason is not the obvious one
+EMPTY_NOTES = {
+    "gpu": "No machine with a GPU has been lent to these measurements, so the paper's shape "
+           "with its learners on a GPU is unmeasured too: on one, `PAPER_STEPS=200000 bash "
+           "scripts/gpu_check.sh` runs the learner's CUDA tests, this benchmark and the paper's "
+           "shape (16 actors on the CPU cores, 4 learners on the GPU) against one learner and "
+           "sync PPO.",
+}
 INTRO = [
     "# Results",
     "",
@@ -137,7 +145,8 @@ def section(bench: str, records: list[dict[str, Any]]) -> list[str]:
     title, script = SECTIONS.get(bench, (bench, script_of(bench, records)))
     lines = [f"## {title} (`{script}`)", ""]
     if not records:
-        return lines + [f"No records yet: `python {script}` writes them.", ""]
+        note = [EMPTY_NOTES[bench], ""] if bench in EMPTY_NOTES else []
+        return lines + [f"No records yet: `python {script}` writes them.", "", *note]
     if bench == "compare":
         for key, group in compare_groups([r for r in records if r["kind"] == "compare"]).items():
             lines += compare_block(key, group)

@@ -57,6 +57,9 @@ def test_check_fails_on_a_stale_page_and_the_page_shows_a_new_kind(tmp_path: Pat
     page = tmp_path / "results.md"
     assert report.main(["--out", str(page)]) == 0
     assert "No records yet: `python benchmarks/ablation.py` writes them." in page.read_text()
+    # an empty GPU section says why it is empty, and how a lent GPU machine would fill it
+    gpu = page.read_text().split("## Learner on a GPU")[1].split("\n## ")[0]
+    assert "No machine with a GPU has been lent" in gpu and "scripts/gpu_check.sh" in gpu
     f = write_record("ablation", "python benchmarks/ablation.py --quick",
                      {"variant": "is=none", "seed": 3, "sps": 7123.4},
                      {"return_at_min": {"5": 2101.5}}, path=PUBLISHING)
