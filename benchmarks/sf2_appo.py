@@ -133,9 +133,7 @@ def train(env_id: str, seed: int, out_dir: str | os.PathLike[str], minutes: floa
           stop_at_return: float | None = None, async_rl: bool = False) -> dict[str, Any]:
     if env_id not in SF2_ENVS:
         raise ValueError(f"SF2's MuJoCo example has no counterpart for {env_id}")
-    import psutil
-
-    started_unix = psutil.Process().create_time()
+    started_unix = time.time() - since_process_start()
     run_dir = Path(out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     train_dir = run_dir / "sf2_train"

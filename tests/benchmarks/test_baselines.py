@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,6 +56,20 @@ def _assert_clock_from_process_start(elapsed: float, summary: dict, minutes: flo
     assert summary["wall_s"] >= minutes * 60 - 1
     assert summary["setup_s"] > 0.5  # imports and start-up counted, and said
     assert elapsed - 8 < summary["wall_s"] <= elapsed
+
+
+def test_the_clock_from_process_start_never_runs_ahead_of_the_parents() -> None:
+    """A child's age read at its exit is within what its parent saw from before the spawn to
+    after the exit, give or take the kernel's one-tick stamp (psutil's create_time, on
+    whole-second boot time, was up to 1 s over)."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    for _ in range(3):
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", "from benchmarks._common import "
+                              "since_process_start as s; print(s())"], cwd=REPO, text=True,
+                             capture_output=True, check=True, env={"PYTHONPATH": str(REPO)})
+        elapsed = time.monotonic() - t0
+        assert 0.0 < float(out.stdout) <= elapsed + tick
 
 
 @pytest.mark.timeout(200)
