@@ -229,10 +229,11 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
     for line in lines:
         print(line)
     if rows:
-        legend = "\n\n".join([*lines, *versus_sync(runs, steps), "Verdicts say what *removing* a mechanism does to the "
-                               "return (from the 95% interval of the difference of the means; "
-                               "under three seeds a side, only a direction); the interval of "
-                               "each mean is in brackets.", *machine_share(runs, at)])
+        legend = "\n\n".join([*lines, *versus_sync(runs, steps),
+                               "Verdicts say what *removing* a mechanism does to the return "
+                               "(from the 95% interval of the difference of the means; under "
+                               "three seeds a side, only a direction); the interval of each "
+                               "mean is in brackets.", *machine_share(runs, at)])
         write_record("ablation-verdict", command_line("benchmarks/ablation.py", argv),
                      {"env": env, "env_steps": steps}, None,
                      benchmark="ablation-verdict", name=f"{env}-{steps}", rows=rows,
@@ -263,9 +264,9 @@ def versus_sync(runs: dict[str, list[dict[str, Any]]], steps: int) -> list[str]:
                                              if sync[s] > 0))
     along = []
     for point in points(steps)[:-1]:
-        f, s = at("full", point), at("sync", point)
-        if f and s and statistics.fmean(s.values()) > 0:
-            along.append(f"{point:,}: {statistics.fmean(f.values()) / statistics.fmean(s.values()):.2f}x")
+        f, s = at("full", point).values(), at("sync", point).values()
+        if f and s and statistics.fmean(s) > 0:
+            along.append(f"{point:,}: {statistics.fmean(f) / statistics.fmean(s):.2f}x")
     if along:
         parts.append("earlier in the run " + ", ".join(along))
     return ["Paper shape vs sync: " + "; ".join(parts) + "."]
