@@ -67,6 +67,11 @@ VARIANTS["full-h1"] = ["--buffer-max", "1"]
 # the learners shared a round's batch (docs/decisions.md#share-batch).
 VARIANTS["whole-batch"] = ["--set", "aggregation.share_batch=false", "--learner-batch-steps",
                            "2048", "--set", "hyper.num_minibatches=32"]
+# ... and full and sync without the entropy bonus: every asynchronous variant's entropy rises on
+# Humanoid-v5 while sync PPO's stays level; is the bonus, applied at every Adam step but not held
+# back by the trust region, what opens the gap?
+VARIANTS["full-ent0"] = ["--set", "hyper.ent_coef=0"]
+VARIANTS["sync-ent0"] = ["--mode", "sync", "--set", "hyper.ent_coef=0"]
 ENVS = ["Hopper-v5", "Walker2d-v5", "Humanoid-v5"]  # the demo's three
 KIND = "ablation"
 
