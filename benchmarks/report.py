@@ -3,6 +3,9 @@
     python benchmarks/report.py            # write docs/results.md
     python benchmarks/report.py --check    # exit 1 if the committed page is not what the records render
 
+It also draws the page's figures (docs/figures/, :mod:`benchmarks.report_figures`) from the
+same records; ``--check`` compares the page's text and that every figure it links exists.
+
 The page is a function of the records alone (no clock, no machine, a fixed bootstrap stream),
 so anyone can regenerate it and a test can assert it is up to date. It holds a headline table
 per env (each system's training path, cores, runs, time and $ to the env's top target with a
@@ -18,6 +21,8 @@ import difflib
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,14 @@ sys.path.insert(0, str(REPO))
 from benchmarks.compare_analysis import TARGETS  # noqa: E402
 from benchmarks.compare_report import equal_core_line, headline_rows  # noqa: E402
 from benchmarks.records import read_records, records_dir  # noqa: E402
+from benchmarks.report_figures import (  # noqa: E402
+    FIGURE_SERIES,
+    ablation_budget,
+    ablation_name,
+    draw,
+    draw_ablation,
+    figure_name,
+)
 from benchmarks.report_render import (  # noqa: E402
     compare_block,
     compare_groups,
@@ -79,7 +92,9 @@ INTRO = [
     "`python benchmarks/report.py --check` fails when it differs from what the records "
     "render. *Transcribed* records are aggregates copied from the tables the benchmarks "
     "generated before they wrote records; the per-run folders behind them are not in the "
-    "repository.",
+    "repository. The figures (`docs/figures/`) are drawn by the same command from the same "
+    "records, so each line joins the points a record keeps (each target's first reaching, "
+    "each minute, the quarters of an ablation's budget), not a run's every logged row.",
     "",
 ]
 
@@ -174,6 +189,32 @@ def render(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def figures(records: list[dict[str, Any]]) -> dict[str, Callable[[Path], Path]]:
+    """The page's figures by file name, each a function that draws it to a path: one per
+    group of compare.py runs in :data:`FIGURE_SERIES`, one per env and budget of ablation
+    runs."""
+    out: dict[str, Callable[[Path], Path]] = {}
+    for key, group in compare_groups([r for r in records if r["kind"] == "compare"]).items():
+        if key[2] in FIGURE_SERIES:
+            out[figure_name(key)] = partial(draw, key, runs_of(group))
+    ablations: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r["kind"] == "ablation" and r.get("curve_points", {}).get("return_at_env_steps"):
+            ablations[(r["summary"]["env"], ablation_budget(r))].append(r)
+    for (env, steps), group in sorted(ablations.items()):
+        out[ablation_name(env, steps)] = partial(draw_ablation, env, steps, group)
+    return out
+
+
+def write_figures(records: list[dict[str, Any]], fig_dir: Path) -> list[Path]:
+    """Draw every figure into ``fig_dir`` and remove the ones nothing makes any more."""
+    wanted = figures(records)
+    for old in [*fig_dir.glob("compare-*.png"), *fig_dir.glob("ablation-*.png")]:
+        if old.name not in wanted:
+            old.unlink()
+    return [draw_to(fig_dir / name) for name, draw_to in wanted.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--records", help="records dir (default: $STELLARIS_RECORDS_DIR or "
@@ -182,9 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if --out differs from what the records render")
     a = p.parse_args(argv)
-    text = render(read_records(records_dir(a.records)))
+    records = read_records(records_dir(a.records))
+    text = render(records)
+    fig_dir = a.out.parent / "figures"
     if a.check:
         old = a.out.read_text() if a.out.exists() else ""
+        missing = [name for name in figures(records) if not (fig_dir / name).is_file()]
+        if missing:
+            print(f"missing figures under {fig_dir}: {', '.join(missing)}: run "
+                  "`python benchmarks/report.py`", file=sys.stderr)
+            return 1
         if old == text:
             return 0
         diff = difflib.unified_diff(old.splitlines(), text.splitlines(), str(a.out),
@@ -194,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)
-    print(f"wrote {a.out} from {records_dir(a.records)}")
+    drawn = write_figures(records, fig_dir)
+    print(f"wrote {a.out} and {len(drawn)} figures under {fig_dir} from {records_dir(a.records)}")
     return 0
 
 

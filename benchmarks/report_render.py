@@ -9,6 +9,7 @@ from typing import Any
 
 from benchmarks.compare_analysis import bootstrap_mean_ci, default_targets
 from benchmarks.compare_report import env_report, md_table
+from benchmarks.report_figures import FIGURE_SERIES, ablation_name, figure_name
 
 MAX_COLUMNS = 14  # wider than this, a generic kind gets one key/value table per record
 
@@ -226,7 +227,9 @@ def compare_block(key: tuple[str, float, str], records: list[dict[str, Any]]) ->
     body = env_report(env, budget, runs_of(records), group_targets(env, budget, records),
                       heading="###")
     title = body[0] + (f" (`{series}`)" if series else "")
-    return [title, "", provenance(records), "", *body[2:]]
+    figure = ([f"![{env}, {budget:g} min: return vs wall clock, env steps and $]"
+               f"(figures/{figure_name(key)})", ""] if series in FIGURE_SERIES else [])
+    return [title, "", provenance(records), "", *figure, *body[2:]]
 
 
 def table_block(record: dict[str, Any]) -> list[str]:
@@ -271,6 +274,12 @@ def generic_blocks(kind: str, records: list[dict[str, Any]]) -> list[str]:
             lines += path_line(r)
             if r.get("legend"):
                 lines += [r["legend"], ""]
+            facts = r.get("summary") or {}
+            if kind == "ablation-verdict" and {"env", "env_steps"} <= set(facts):
+                # drawn from the runs the verdict was read from
+                name = ablation_name(facts["env"], facts["env_steps"])
+                lines += [f"![{facts['env']}: return vs env steps and vs versions]"
+                          f"(figures/{name})", ""]
             lines += md_table(head, [[cell(row.get(k)) for k in head] for row in r["rows"]])
             extra = flatten({**r.get("summary", {}), **r.get("curve_points", {})})
             if extra:

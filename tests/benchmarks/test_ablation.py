@@ -75,7 +75,9 @@ def test_every_variant_is_a_valid_train_command(tmp_path: Path) -> None:
         _train_parser(parser.add_subparsers(dest="command"))
         cfg = load_config(None, train_overrides(parser.parse_args(cmd[cmd.index("train"):])))
         assert (cfg.preset, cfg.actors, cfg.n_envs, cfg.total_steps) == ("paper", 16, 1, 1000)
-        if variant == "sync":
+        if variant.endswith("-ent0"):  # the diagnostics without the entropy bonus
+            assert cfg.hyper.ent_coef == 0.0
+        if variant.startswith("sync"):
             assert cfg.mode == "sync"
             assert cfg.actors * cfg.n_envs * cfg.rollout_steps == cfg.learner_batch_steps
         else:

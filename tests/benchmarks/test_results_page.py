@@ -129,3 +129,52 @@ def test_the_headline_holds_the_equal_core_series_with_its_seeds() -> None:
     assert "`equal-cores`" in headline and "| 3001–3005 (5) |" in headline
     assert "halfcheetah-diagnosis" not in headline and "halfcheetah-diagnosis" in text
     assert seed_list([3003, 3001, 3002, 3007, 4001, 4002]) == "3001–3003, 3007, 4001–4002"
+
+
+def test_the_page_links_a_figure_per_compare_group_drawn_from_its_records(
+        tmp_path: Path, monkeypatch) -> None:
+    """Each group of compare.py runs gets a figure of return vs wall clock, env steps and $,
+    each ablation verdict one of return vs env steps and vs versions, drawn from the records
+    alone; ``--check`` fails while one is missing, and one nothing makes any more is removed."""
+    from benchmarks.report_figures import figure_name, run_points
+
+    src = REPO / "benchmarks" / "records" / "compare" / "Hopper-v5-3min" / "paper-demo-quick"
+    dst = tmp_path / "records" / "compare" / "Hopper-v5-3min" / "paper-demo-quick"
+    dst.mkdir(parents=True)
+    for f in src.glob("*.json"):
+        (dst / f.name).write_text(f.read_text())
+    # an ablation's verdict and two of the runs it was read from
+    for part in ("ablation/Hopper-v5/full-seed111-300000.json",
+                 "ablation/Hopper-v5/sync-seed111-300000.json",
+                 "ablation-verdict/Hopper-v5-300000.json"):
+        (tmp_path / "records" / part).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "records" / part).write_text(
+            (REPO / "benchmarks" / "records" / part).read_text())
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "records"))
+    page, figs = tmp_path / "docs" / "results.md", tmp_path / "docs" / "figures"
+    figs.mkdir(parents=True)
+    (figs / "compare-Gone-v0-3min.png").write_bytes(b"stale")
+    assert report.main(["--out", str(page)]) == 0
+    name = figure_name(("Hopper-v5", 3.0, "paper-demo-quick"))
+    assert name == "compare-Hopper-v5-3min-paper-demo-quick.png"
+    assert f"](figures/{name})" in page.read_text()
+    png = (figs / name).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert not (figs / "compare-Gone-v0-3min.png").exists()
+    verdict = page.read_text().split("### Hopper-v5 at 300,000 env steps")[1]
+    assert "](figures/ablation-Hopper-v5-300000.png)" in verdict.split("\n## ")[0]
+    assert (figs / "ablation-Hopper-v5-300000.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in figs.iterdir()) == [
+        "ablation-Hopper-v5-300000.png", name]
+    assert report.main(["--out", str(page), "--check"]) == 0
+    (figs / name).unlink()
+    assert report.main(["--out", str(page), "--check"]) == 1
+    # a run's points: each target it reached, its return at each minute and where it ended
+    (rec,) = [json.loads(f.read_text()) for f in dst.glob("rllib-*.json")]
+    pts = run_points(rec["curve_points"])
+    reached = rec["curve_points"]["to_target"]
+    assert (reached["500"]["wall_s"], 500.0) in pts["wall_s"]
+    assert (60.0, rec["curve_points"]["return_at_min"]["1"]) in pts["wall_s"]
+    assert pts["usd"][-1] == (rec["curve_points"]["last"]["usd"],
+                              rec["curve_points"]["last"]["return"])
+    assert [x for x, _ in pts["env_steps"]] == sorted(x for x, _ in pts["env_steps"])
