@@ -11,11 +11,13 @@ from typing import Any
 from benchmarks.compare_analysis import display
 
 
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt  # loaded by figures() already, with its backend set
+def save_figure(fig: Any, path: Path, **savefig: Any) -> Path:
+    """Lay out, write (``dpi`` 110 unless given) and close a figure; returns ``path``."""
+    import matplotlib.pyplot as plt  # loaded by the caller already, with its backend set
 
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, **{"dpi": 110, **savefig})
     plt.close(fig)
     return path
 
@@ -52,7 +54,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
         ax.set_title(f"{env}: return vs {xlabel.split(' (')[0]}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        written.append(_save(fig, fig_dir / f"{env}_return_vs_{x.split('_')[0]}.png"))
+        written.append(save_figure(fig, fig_dir / f"{env}_return_vs_{x.split('_')[0]}.png"))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     names = list(data)
@@ -63,7 +65,7 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
                   fontsize=7)
     ax.set_ylabel("cost per run (USD)")
     ax.set_title(f"{env}: final cost per run (same budget)")
-    written.append(_save(fig, fig_dir / f"{env}_cost.png"))
+    written.append(save_figure(fig, fig_dir / f"{env}_cost.png"))
 
     stell = {v: runs for v, runs in data.items() if v.startswith("stellaris")}
     if stell:
@@ -90,5 +92,5 @@ def figures(env: str, data: dict[str, list[dict[str, Any]]], fig_dir: Path) -> l
                 ax.text(0.5, 0.5, "none recorded", ha="center", va="center",
                         transform=ax.transAxes)
         fig.suptitle(f"{env}: staleness (all seeds)")
-        written.append(_save(fig, fig_dir / f"{env}_staleness.png"))
+        written.append(save_figure(fig, fig_dir / f"{env}_staleness.png"))
     return written

@@ -12,23 +12,30 @@ points, not its every logged row. ``python benchmarks/report.py`` writes them un
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
 from benchmarks.compare_analysis import display
+from benchmarks.compare_figures import save_figure
 
 # compare.py series that get a figure: the headline's and the paper's demo (the selections and
 # diagnoses keep to their tables, so the committed figures stay few)
 FIGURE_SERIES = ("equal-cores", "paper-demo", "paper-demo-quick")
 AXES = (("wall_s", "wall clock from process start (s)"), ("env_steps", "environment steps"),
         ("usd", "cost (USD, log scale)"))
+# small and byte-stable: no version stamp in the file
+SAVEFIG = {"dpi": 80, "metadata": {"Software": None}, "pil_kwargs": {"optimize": True}}
+
+
+def _file_name(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", stem) + ".png"
 
 
 def figure_name(key: tuple[str, float, str]) -> str:
     """The file a compare group's figure is written to (under docs/figures/)."""
     env, budget, series = key
-    stem = f"compare-{env}-{budget:g}min" + (f"-{series}" if series else "")
-    return re.sub(r"[^A-Za-z0-9._-]", "_", stem) + ".png"
+    return _file_name(f"compare-{env}-{budget:g}min" + (f"-{series}" if series else ""))
 
 
 def run_points(points: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
@@ -36,9 +43,7 @@ def run_points(points: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {x: [] for x, _ in AXES}
     for target, at in (points.get("to_target") or {}).items():
         for x, _ in AXES:
-            if at is None:  # never reached
-                break
-            if at.get(x) is not None:
+            if at and at.get(x) is not None:  # None: never reached
                 out[x].append((float(at[x]), float(target)))
     for minute, ret in (points.get("return_at_min") or {}).items():
         if ret is not None:
@@ -85,17 +90,12 @@ def draw(key: tuple[str, float, str], runs: dict[str, list[dict[str, Any]]],
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{env}, {budget:g}-minute budget" + (f" ({series})" if series else "")
                  + ": each line one run, at the points its record keeps", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80, metadata={"Software": None},  # no version stamp in the bytes
-                pil_kwargs={"optimize": True})
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, **SAVEFIG)
 
 
 def ablation_name(env: str, steps: int) -> str:
     """The file an ablation's figure (one env, one budget of env steps) is written to."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"ablation-{env}-{int(steps)}") + ".png"
+    return _file_name(f"ablation-{env}-{int(steps)}")
 
 
 def ablation_budget(record: dict[str, Any]) -> int:
@@ -122,8 +122,7 @@ def draw_ablation(env: str, steps: int, records: list[dict[str, Any]], path: Pat
         for c in curves:
             ax.plot([x for x, _ in c], [y for _, y in c], color=color, alpha=0.35, linewidth=0.8)
         xs = sorted({x for c in curves for x, _ in c})
-        mean = [sum(y for c in curves for x2, y in c if x2 == x)
-                / max(1, sum(1 for c in curves for x2, _ in c if x2 == x)) for x in xs]
+        mean = [statistics.fmean(dict(c)[x] for c in curves if x in dict(c)) for x in xs]
         ax.plot(xs, mean, color=color, marker="o", linewidth=2,
                 label=f"{variant} ({len(runs)} seeds)")
         finals = [(r["summary"]["versions"], dict(c).get(steps)) for r, c in zip(runs, curves,
@@ -140,8 +139,4 @@ def draw_ablation(env: str, steps: int, records: list[dict[str, Any]], path: Pat
         a.grid(alpha=0.3)
     fig.suptitle(f"{env}: the paper's shape, its ablations and sync PPO, {steps:,} env steps",
                  fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80, metadata={"Software": None}, pil_kwargs={"optimize": True})
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, **SAVEFIG)
