@@ -29,11 +29,12 @@ from functions.batch import MissingTrajectory, group_rollouts, load_trajectories
 from functions.epochs import minibatch_sizes
 from functions.events import LearnerEvent, LearnerWarmup, event_schema, parse_event
 from functions.gradient_mode import gradient_mode
-from functions.lookahead import LOOKAHEADS, lookahead_policy
+from functions.lookahead import LOOKAHEADS, Lookahead, lookahead_policy
 from functions.other_policies import OtherPolicies
 from functions.step import warm
 from functions.update_mode import StalePublish, update_mode
-from functions.warm import PolicyCache, run_store, set_threads
+from functions.warm import CachedPolicy, PolicyCache, run_store, set_threads
+from store import PolicySnapshot, RunStore
 
 POLICIES = PolicyCache()
 
@@ -49,6 +50,28 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _policy_and_hold(ev: LearnerEvent, rs: RunStore, device: torch.device, live: bool,
+                     ) -> tuple[CachedPolicy, Lookahead | None, dict[str, int]]:
+    """The policy to compute with (and the look-ahead, when this learner looks ahead); among
+    several learners (``live``) also our hold on it and the other holders' versions."""
+    if ev.mode == "gradient" and ev.lookahead:
+        pol, la = lookahead_policy(rs, ev.hyper.learning_rate, ev.master_adam_betas, device)
+        return pol, la, (rs.params.hold(ev.invocation_id, pol.version, ev.hold_lease_s)
+                         if live else {})
+    if not live:
+        return POLICIES.get(rs, "latest", device)[0], None, {}
+    held: dict[str, int] = {}
+
+    def fetch_and_hold(known: int | None) -> PolicySnapshot | None:
+        # fetched first and held after, the version could be evicted by publishes in
+        # between while the others read it as held: one step
+        snap, others = rs.params.hold_latest(ev.invocation_id, ev.hold_lease_s, known)
+        held.update(others)
+        return snap
+
+    return POLICIES.get(rs, "latest", device, fetch=fetch_and_hold)[0], None, held
+
+
 def handler(event: Any, context: Any = None) -> dict[str, Any]:
     if event_schema(event) == "stellaris.learner-warmup/1":
         return warm_up(parse_event(LearnerWarmup, event, context))
@@ -58,17 +81,11 @@ def handler(event: Any, context: Any = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     rs = run_store(ev.redis_url, ev.run_id)
     trajs = load_trajectories(rs, ev.trajectory_ids)
-    la = None
-    if ev.mode == "gradient" and ev.lookahead:
-        pol, la = lookahead_policy(rs, ev.hyper.learning_rate, ev.master_adam_betas, device)
-    else:
-        pol, _ = POLICIES.get(rs, "latest", device)
-    groups = group_rollouts(trajs, device)
     live = ev.hold_lease_s is not None and ev.mode == "gradient"
+    pol, la, held = _policy_and_hold(ev, rs, device, live)
+    groups = group_rollouts(trajs, device)
     pool = OtherPolicies(rs, device, live=live)
     if live:
-        # the others hold their versions now; ours is held (pinned) from here on
-        held = rs.params.hold(ev.invocation_id, pol.version, ev.hold_lease_s)
         others = pool.update(set(held.values()), exclude=None)
     else:
         others = pool.update(ev.versions_in_flight, exclude=pol.version)

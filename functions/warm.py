@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -119,8 +120,11 @@ class PolicyCache:
         rs: RunStore,
         want: Literal["latest"] | int = "latest",
         device: torch.device | str = "cpu",
+        fetch: Callable[[int | None], PolicySnapshot | None] | None = None,
     ) -> tuple[CachedPolicy, bool]:
-        """(policy, cached): ``cached`` is True when no weights were transferred."""
+        """(policy, cached): ``cached`` is True when no weights were transferred. ``fetch``:
+        how the latest is fetched given the known version (default: fetch-if-newer; a
+        learner among several holds it in the same step)."""
         key = self._key(rs)
         entry = self._entries.get(key)
         if entry is not None:
@@ -129,7 +133,7 @@ class PolicyCache:
         plain = entry if entry is not None and not entry.is_preview else None
         known = plain.version if plain is not None else None
         if want == "latest":
-            snap = rs.params.fetch_if_newer(known)  # one round trip either way
+            snap = fetch(known) if fetch is not None else rs.params.fetch_if_newer(known)
         elif plain is not None and plain.version == int(want):
             snap = None
         else:

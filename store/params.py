@@ -120,14 +120,25 @@ class ParamStore:
         )
 
     # -- versions held by learners in flight ------------------------------------------------
-    def fetch_and_hold_command(self, holder: str, version: int, lease_s: float,
+    def fetch_and_hold_command(self, holder: str, version: int | None, lease_s: float,
                                known_version: int | None, pin: tuple[int, ...] = (),
                                ) -> tuple[Any, list[str], list[Any]]:
-        """:meth:`hold` and :meth:`fetch_command` as one script (for callers pipelining it)."""
+        """:meth:`hold` and :meth:`fetch_command` as one script (for callers pipelining it);
+        ``version`` None holds the latest itself."""
         known = "" if known_version is None else str(int(known_version))
+        held = "" if version is None else _versions(version, pin)
         keys = [self.keys.params_held, self.keys.params_latest, self.keys.params_latest_blob]
-        return self._fetch_and_hold, keys, [holder, _versions(version, pin),
-                                            _lease_ms(lease_s), known]
+        return self._fetch_and_hold, keys, [holder, held, _lease_ms(lease_s), known]
+
+    def hold_latest(self, holder: str, lease_s: float, known_version: int | None,
+                    ) -> tuple[PolicySnapshot | None, dict[str, int]]:
+        """Hold the latest version (``holder`` computes with it) and fetch it unless it is
+        ``known_version``, in one step: fetched first and held after, a version could be
+        evicted by publishes in between while the others read it as held. Returns (the
+        snapshot or None, the other holders' versions)."""
+        script, keys, args = self.fetch_and_hold_command(holder, None, lease_s, known_version)
+        return self.fetch_and_hold_reply(
+            self.store.call(lambda r: script(keys=keys, args=args, client=r)))
 
     def fetch_and_hold_reply(self, reply: Any) -> tuple[PolicySnapshot | None, dict[str, int]]:
         others, fetched = reply

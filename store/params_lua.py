@@ -28,12 +28,15 @@ local function live_holds(key)
   return out, now
 end
 
--- record holder's version (and the latest, KEYS[latest_key]); the others' versions, flat
+-- record holder's version (and the latest, KEYS[latest_key]; version '' holds the latest
+-- itself); the others' versions, flat
 local function hold(key, latest_key, holder, version, lease_ms)
   local holds, now = live_holds(key)
   local cur = redis.call('GET', latest_key)
   local pinned = version
-  if cur and not string.find(',' .. version .. ',', ',' .. cur .. ',', 1, true) then
+  if cur and version == '' then
+    pinned = cur
+  elseif cur and not string.find(',' .. version .. ',', ',' .. cur .. ',', 1, true) then
     pinned = version .. ',' .. cur
   end
   redis.call('HSET', key, holder, pinned .. ':' .. (now + tonumber(lease_ms)))
@@ -102,8 +105,8 @@ local others = hold(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])
 return others
 """
 
-# KEYS: held, latest, latest_blob  ARGV: holder, version, lease_ms, known_version ('' = none).
-# A hold and a fetch-if-newer in one step: {others, {}} when nothing is published,
+# KEYS: held, latest, latest_blob  ARGV: holder, version ('' = the latest), lease_ms,
+# known_version ('' = none). A hold and a fetch-if-newer in one step: {others, {}} when nothing is published,
 # {others, {v}} when v is known, else {others, {v, blob}}.
 FETCH_AND_HOLD = LIVE_HOLDS + """
 local others, cur = hold(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3])

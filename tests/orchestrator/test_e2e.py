@@ -43,9 +43,10 @@ def test_two_learners_truncate_against_the_versions_the_other_holds(tmp_path: Pa
     assert summary["failures"] == {"actor": 0, "learner": 0, "evaluator": 0}, summary["last_errors"]
     assert summary["path"] == "aggregation (2 learners)"
     assert summary["grads_applied"] >= 32
-    # while both ran, each gradient was truncated against the other's policy; with two
+    # while both ran, each gradient was truncated against the other's policy (how long they
+    # overlap depends on the machine's load; a path blind to the other reads 0); with two
     # versions retained, only the holds kept them (nothing went missing)
-    assert summary["is_others_mean"] > 0.25, summary
+    assert summary["is_others_mean"] > 0.1, summary
     assert summary["is_versions_missing"] == 0, summary["last_errors"]
     assert summary["is_truncated_frac_mean"] is not None
     # a truncated weight is at most 1 and, with a policy barely moved, close to it

@@ -207,6 +207,25 @@ def test_held_versions_are_never_evicted_and_leases_expire(store: Store, run_id:
     assert ps.held() == {"learner-c": 6}
 
 
+def test_holding_the_latest_pins_it_in_the_step_that_fetches_it(store: Store,
+                                                                run_id: str) -> None:
+    ps = ParamStore(store, run_id, keep=1)
+    for v in range(3):
+        ps.publish(v, _tensors(v))
+    snap, others = ps.hold_latest("a", lease_s=60, known_version=None)
+    assert snap is not None and snap.version == 2 and others == {}
+    for v in range(3, 6):
+        ps.publish(v, _tensors(v))
+    # held from the fetch on: kept beyond the window of one, and read as a's by the others
+    assert ps.retained_versions() == [2, 5]
+    assert ps.hold_latest("b", lease_s=60, known_version=5) == (None, {"a": 2})
+    assert ps.held() == {"a": 2, "b": 5}
+    snap, others = ps.hold_latest("a", lease_s=60, known_version=2)
+    assert snap is not None and snap.version == 5 and others == {"b": 5}
+    ps.publish(6, _tensors(6))
+    assert ps.retained_versions() == [5, 6]
+
+
 def test_hold_rejects_a_lease_of_zero(store: Store, run_id: str) -> None:
     ps = ParamStore(store, run_id)
     with pytest.raises(ValueError, match="lease"):
