@@ -50,6 +50,7 @@ from benchmarks.compare_analysis import (  # noqa: E402
     bootstrap_ratio_ci,
 )
 from benchmarks.records import command_line, records_dir, write_record  # noqa: E402
+from functions.hyper import env_hyper  # noqa: E402
 
 VARIANTS: dict[str, list[str]] = {
     "full": [],
@@ -74,6 +75,7 @@ VARIANTS["full-ent0"] = ["--set", "hyper.ent_coef=0"]
 VARIANTS["sync-ent0"] = ["--mode", "sync", "--set", "hyper.ent_coef=0"]
 ENVS = ["Hopper-v5", "Walker2d-v5", "Humanoid-v5"]  # the demo's three
 KIND = "ablation"
+OLD_ENT_COEF = 0.003  # every env's bonus before records said theirs
 
 
 def run_command(env: str, variant: str, seed: int, steps: int, run_dir: Path,
@@ -106,6 +108,7 @@ def summarise(run_dir: Path, steps: int) -> tuple[dict[str, Any], dict[str, Any]
     """(summary fields, curve points, details) of one finished run folder; the details
     (staleness percentiles, the bound's trajectory) stay in the record, off the page."""
     summary = json.loads((run_dir / "summary.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
     with open(run_dir / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))
     staleness = summary.get("staleness_mean") or {}
@@ -126,6 +129,8 @@ def summarise(run_dir: Path, steps: int) -> tuple[dict[str, Any], dict[str, Any]
         "grad_staleness_p99": percentiles.get("grad", {}).get("p99"),
         "is_versions_missing": summary.get("is_versions_missing"),
         "failures": sum((summary.get("failures") or {}).values()),
+        # the bonus the run trained with: a default's change must not pool runs across it
+        "ent_coef": config["hyper"]["ent_coef"],
     }
     curve = {"return_at_env_steps": {str(p): return_at(rows, p) for p in points(steps)}}
     trajectory = summary.get("bound_trajectory") or []
@@ -179,12 +184,40 @@ def verdict(full: list[float], other: list[float]) -> str:
     return "no effect"
 
 
+def variant_label(rec: dict[str, Any], env: str) -> str:
+    """A record's variant, marked with its entropy bonus where that is not the env's default
+    now: runs from before a default changed are reported apart, never pooled with it. Records
+    older than the field trained with the then-global 0.003 (0 for the ``-ent0`` diagnostics,
+    whose names say so)."""
+    variant = rec["summary"]["variant"]
+    if variant.endswith("-ent0"):
+        return variant
+    ent_coef = rec["summary"].get("ent_coef", OLD_ENT_COEF)
+    return variant if ent_coef == env_hyper(env).ent_coef else f"{variant}{at_ent_coef(ent_coef)}"
+
+
+def at_ent_coef(ent_coef: float) -> str:
+    """The mark of a bonus that is not the default (as the compare tables mark theirs)."""
+    return f"[hyper.ent_coef={ent_coef:g}]"
+
+
 def load_runs(records: Path, env: str, steps: int) -> dict[str, list[dict[str, Any]]]:
+    """The env's records at ``steps``, by :func:`variant_label`."""
     by_variant: dict[str, list[dict[str, Any]]] = {}
     for path in sorted((records / KIND / env).glob(f"*-{steps}.json")):
         rec = json.loads(path.read_text())
-        by_variant.setdefault(rec["summary"]["variant"], []).append(rec)
+        by_variant.setdefault(variant_label(rec, env), []).append(rec)
     return by_variant
+
+
+def labels_in_order(runs: dict[str, list[dict[str, Any]]]) -> list[tuple[str, str, str]]:
+    """(label, variant, its ``full``) for each label in ``runs``: the env's defaults now first,
+    then each earlier bonus, every group in :data:`VARIANTS` order."""
+    suffixes = sorted({label[len(base):] for label in runs for base in VARIANTS
+                       if label.startswith(base + "[") or label == base},
+                      key=lambda sfx: (bool(sfx), sfx))
+    return [(v + sfx, v, "full" + sfx) for sfx in suffixes for v in VARIANTS
+            if v + sfx in runs and not (sfx and v.endswith("-ent0"))]
 
 
 def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
@@ -196,41 +229,44 @@ def report(records: Path, env: str, steps: int, argv: list[str]) -> list[str]:
         return [r["curve_points"]["return_at_env_steps"].get(at) for r in runs.get(variant, [])
                 if r["curve_points"]["return_at_env_steps"].get(at) is not None]
 
-    full = finals("full")
-    rows, lines = [], []
-    for variant in VARIANTS:
-        vals = finals(variant)
+    rows, lines, earlier = [], [], []
+    for label, variant, reference in labels_in_order(runs):
+        vals, full = finals(label), finals(reference)
         if not vals:
             continue
         lo, hi = bootstrap(vals)
-        trunc = [r["summary"]["truncated_frac"] for r in runs[variant]
+        trunc = [r["summary"]["truncated_frac"] for r in runs[label]
                  if r["summary"].get("truncated_frac") is not None]
         rows.append({
-            "variant": variant, "seeds": len(vals),
+            "variant": label, "seeds": len(vals),
             f"return at {int(at):,} env steps": {"mean": statistics.fmean(vals), "lo": lo,
                                                  "hi": hi, "n": len(vals)},
             "vs full": statistics.fmean(vals) / statistics.fmean(full) if full else None,
             "verdict (removing it)": ("reference" if variant == "full" else
                                       "baseline" if variant == "sync" else
                                       "diagnostic" if variant not in PAPER_VARIANTS else
-                                      verdict(full, vals)),
+                                      verdict(full, vals) if full else "no full to compare"),
             "truncated %": 100 * statistics.fmean(trunc) if trunc else None,
-            "mean IS weight": _mean(runs[variant], "is_weight_mean"),
-            "epochs run": _mean(runs[variant], "update_epochs_mean"),
-            "Adam steps / 1k env steps": _adam_steps(runs[variant]),
-            "grad staleness": _mean(runs[variant], "grad_staleness_mean"),
-            "traj staleness": _mean(runs[variant], "traj_staleness_mean"),
+            "mean IS weight": _mean(runs[label], "is_weight_mean"),
+            "epochs run": _mean(runs[label], "update_epochs_mean"),
+            "Adam steps / 1k env steps": _adam_steps(runs[label]),
+            "grad staleness": _mean(runs[label], "grad_staleness_mean"),
+            "traj staleness": _mean(runs[label], "traj_staleness_mean"),
             "missing versions": sum(r["summary"].get("is_versions_missing") or 0
-                                    for r in runs[variant]),
+                                    for r in runs[label]),
         })
-    sync = finals("sync")
-    if full and sync:
-        trunc = [r["summary"]["truncated_frac"] for r in runs["full"]
-                 if r["summary"].get("truncated_frac") is not None]
-        budget = "1M" if int(at) == 1_000_000 else f"{int(at):,}"
-        lines.append(f"paper shape vs sync at {budget} env steps, {env}: "
-                     f"{statistics.fmean(full) / statistics.fmean(sync):.2f}x "
-                     f"(truncated {100 * statistics.fmean(trunc) if trunc else float('nan'):.0f}%)")
+        if variant == "sync" and full and vals:
+            # the line a script reads is at the env's defaults now; earlier ones say theirs
+            budget = "1M" if int(at) == 1_000_000 else f"{int(at):,}"
+            ftrunc = [r["summary"]["truncated_frac"] for r in runs[reference]
+                      if r["summary"].get("truncated_frac") is not None]
+            suffix = label[len("sync"):]
+            line = (f"paper shape vs sync at {budget} env steps, {env}"
+                    f"{' ' + suffix[:-1] + ', an earlier default]' if suffix else ''}"
+                    f": {statistics.fmean(full) / statistics.fmean(vals):.2f}x (truncated "
+                    f"{100 * statistics.fmean(ftrunc) if ftrunc else float('nan'):.0f}%)")
+            (earlier if suffix else lines).append(line)
+    lines += earlier
     for line in lines:
         print(line)
     if rows:

@@ -111,9 +111,11 @@ def draw_ablation(env: str, steps: int, records: list[dict[str, Any]], path: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from benchmarks.ablation import variant_label
+
     by_variant: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(records, key=lambda r: (r["summary"]["variant"], r["summary"]["seed"])):
-        by_variant.setdefault(r["summary"]["variant"], []).append(r)
+    for r in sorted(records, key=lambda r: (variant_label(r, env), r["summary"]["seed"])):
+        by_variant.setdefault(variant_label(r, env), []).append(r)
     fig, (ax, ax_v) = plt.subplots(1, 2, figsize=(12, 4.2))
     for i, (variant, runs) in enumerate(by_variant.items()):
         color = f"C{i % 10}"

@@ -38,7 +38,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 SECTIONS = ("aggregation", "experimental", "hyper", "policy")
 # The decision entry of each env's own defaults (functions/hyper.py::ENV_HYPER).
-ENV_DECISIONS = {"HalfCheetah-v5": "halfcheetah-ent-coef"}
+ENV_DECISIONS = {"HalfCheetah-v5": "halfcheetah-ent-coef", "Humanoid-v5": "humanoid-ent-coef"}
 # The functions' models carry comments, not descriptions: one line each until they do.
 NOTES: dict[str, dict[str, str]] = {
     "hyper": {

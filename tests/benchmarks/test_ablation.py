@@ -20,13 +20,15 @@ from orchestrator.config import load_config  # noqa: E402
 
 
 def _record(records: Path, env: str, variant: str, seed: int, final: float,
-            truncated: float | None) -> None:
+            truncated: float | None, **fields: float) -> None:
     steps = 1000
     summary = {"env": env, "variant": variant, "seed": seed, "truncated_frac": truncated,
-               "grad_staleness_mean": 3.0, "traj_staleness_mean": 40.0, "is_versions_missing": 0}
+               "grad_staleness_mean": 3.0, "traj_staleness_mean": 40.0, "is_versions_missing": 0,
+               **fields}
     curve = {"return_at_env_steps": {str(p): final * p / steps for p in ablation.points(steps)}}
+    tag = "".join(f"-{k}{v:g}" for k, v in fields.items())
     write_record("ablation", "cmd", summary, curve, benchmark="ablation",
-                 name=f"{env}/{variant}-seed{seed}-{steps}", records=records,
+                 name=f"{env}/{variant}{tag}-seed{seed}-{steps}", records=records,
                  path="sync" if variant == "sync" else "aggregation (4 learners)")
 
 
@@ -43,6 +45,31 @@ def test_verdicts_and_the_paper_vs_sync_line(tmp_path: Path) -> None:
     verdicts = {r["variant"]: r["verdict (removing it)"] for r in doc["rows"]}
     assert verdicts == {"full": "reference", "no-is": "helps", "no-weights": "hurts",
                         "no-bound": "no effect", "sync": "baseline"}
+
+
+def test_runs_at_an_earlier_default_are_reported_apart_never_pooled(tmp_path: Path) -> None:
+    # Humanoid-v5's bonus is 0 now: runs without the field trained with 0.003 then
+    assert ablation.env_hyper("Humanoid-v5").ent_coef == 0.0
+    for seed in (1, 2, 3):
+        _record(tmp_path, "Humanoid-v5", "full", seed, 600.0 + seed, 0.7)  # unrecorded: 0.003
+        _record(tmp_path, "Humanoid-v5", "no-is", seed, 500.0 + seed, 0.0)
+        _record(tmp_path, "Humanoid-v5", "sync", seed, 800.0 + seed, None)
+        _record(tmp_path, "Humanoid-v5", "full", seed + 10, 780.0, 0.75, ent_coef=0.0)
+        _record(tmp_path, "Humanoid-v5", "sync", seed + 10, 800.0, None, ent_coef=0.0)
+        _record(tmp_path, "Humanoid-v5", "full-ent0", seed, 700.0, 0.7)  # a diagnostic's name
+    lines = ablation.report(tmp_path, "Humanoid-v5", 1000, [])
+    assert lines == [
+        "paper shape vs sync at 1,000 env steps, Humanoid-v5: 0.97x (truncated 75%)",
+        "paper shape vs sync at 1,000 env steps, Humanoid-v5 [hyper.ent_coef=0.003, an earlier "
+        "default]: 0.75x (truncated 70%)"]
+    doc = json.loads((tmp_path / "ablation-verdict" / "Humanoid-v5-1000.json").read_text())
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert list(rows) == ["full", "sync", "full-ent0", "full[hyper.ent_coef=0.003]",
+                          "no-is[hyper.ent_coef=0.003]", "sync[hyper.ent_coef=0.003]"]
+    assert rows["full"]["seeds"] == 3 and rows["full[hyper.ent_coef=0.003]"]["seeds"] == 3
+    # a removal is judged against full at the same bonus
+    assert rows["no-is[hyper.ent_coef=0.003]"]["verdict (removing it)"] == "helps"
+    assert rows["no-is[hyper.ent_coef=0.003]"]["vs full"] == pytest.approx(501 / 601, abs=0.01)
 
 
 def test_two_seeds_give_a_direction_not_a_verdict(tmp_path: Path) -> None:
